@@ -1,0 +1,216 @@
+"""One typed configuration: every key, default, unit and allowed range in one place.
+
+Users type these keys as ``key=value`` on the CLI or in a YAML file; a study states only the
+keys it changes. Unknown keys and bad values raise :class:`ConfigError` (a ``ValueError``)
+with one line naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from . import data
+from .masking import num_visible_for
+from .patches import PatchSizeError, check_patch_size
+
+
+class ConfigError(ValueError):
+    """A configuration key has a value outside what is allowed (one line, names the key)."""
+
+
+def _one_line(error: ValidationError) -> str:
+    first = error.errors()[0]
+    key = ".".join(str(part) for part in first["loc"]) or "config"
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        allowed = ", ".join(sorted(Config.model_fields))
+        return f"unknown key {key!r}; known keys: {allowed}"
+    if first["type"] == "literal_error" or key == "config":
+        return f"{key}: {message}" if key != "config" else message
+    return f"{key}={first.get('input')!r}: {message}"
+
+
+class Config(BaseModel):
+    """Everything one trial needs. Units and reasons are in the comments."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    # data
+    dataset: str = "digits"  # digits | shapes | photos | cifar10:PATH | folder:PATH | npz:PATH
+    train_limit: int | None = Field(None, ge=1)  # use at most this many training images (smoke runs)
+    test_limit: int | None = Field(None, ge=1)  # evaluate on at most this many test images
+    patch_size: int | None = Field(None, ge=1)  # pixels per patch side P; None = the dataset's default
+
+    # objective (spec: MAE masked risk; AE reconstruction risk; DAE denoising risk)
+    objective: Literal["mae", "ae", "dae"] = "mae"
+    mask_ratio: float = Field(0.75, gt=0.0, lt=1.0)  # ρ; visible count k = int(M·(1-ρ))
+    mask_sampling: Literal["random", "block", "grid"] = "random"  # random = the spec's Uniform(V_k)
+    mask_token_in_encoder: bool = False  # MAE Table 1c ablation, outside the spec
+    target: Literal["raw", "norm", "norm_eps"] = "raw"  # norm = spec's strict T_norm
+    corruption: Literal["none", "gaussian", "masking", "salt_pepper"] | None = None  # None: gaussian for dae, none otherwise
+    corruption_level: float = Field(0.2, ge=0.0)  # gaussian: noise std in pixel units; others: fraction of pixels
+    corruption_copies: int = Field(4, ge=1)  # K copies per test image in the finite law for test_den_risk
+
+    # model (ViT encoder; transformer decoder)
+    encoder_width: int = Field(64, ge=4)  # D, token width
+    encoder_depth: int = Field(4, ge=1)  # transformer blocks
+    encoder_heads: int = Field(4, ge=1)
+    decoder_width: int = Field(32, ge=4)
+    decoder_depth: int = Field(2, ge=1)
+    decoder_heads: int = Field(4, ge=1)
+    mlp_ratio: float = Field(4.0, gt=0.0)  # MLP hidden width / token width
+    latent_dim: int = Field(32, ge=1)  # Z, the AE/DAE bottleneck width
+    class_token: bool = False  # prepend a class token (its output joins the probe features)
+    pos_embed: Literal["sincos", "learned"] = "sincos"  # fixed 2-D sine-cosine by default
+
+    # optimisation (spec: the update schedule U_t)
+    optimizer: Literal["adamw", "sgd"] = "adamw"  # adamw: He et al. A.1 (β=0.9/0.95); sgd: plain θ - η_t g
+    lr: float = Field(2e-3, gt=0.0)  # adamw: base lr per 256 images, actual = lr·batch_size/256; sgd: η itself
+    weight_decay: float = Field(0.05, ge=0.0)  # adamw only; never on norms, biases, tokens, positions
+    schedule: Literal["cosine", "constant"] = "cosine"  # step size after warm-up
+    warmup_fraction: float = Field(0.05, ge=0.0, lt=1.0)  # linear warm-up over this fraction of steps
+    batch_size: int = Field(128, ge=1)  # B (image, mask) pairs per step; B=1 is the spec's literal loop
+    steps: int = Field(2000, ge=0)  # J updates
+    seed: int = Field(0, ge=0)  # seeds data split, initialisation, I_t and V_t
+
+    # evaluation and bookkeeping
+    risk_exact_budget: int = Field(5000, ge=1)  # enumerate V_k when C(M,k) is at most this
+    risk_mc_masks: int = Field(32, ge=2)  # otherwise: Monte Carlo masks per test image
+    log_every: int = Field(50, ge=1)  # steps between train_loss records
+    checkpoint_every: int = Field(500, ge=0)  # steps between checkpoints; 0 = only at the end
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    compile: bool = False  # torch.compile the model (pays off on long runs only)
+
+    def __init__(self, **keys: Any):
+        try:
+            super().__init__(**keys)
+        except ValidationError as error:
+            raise ConfigError(_one_line(error)) from None
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> Config:
+        try:
+            data.validate_dataset_name(self.dataset)
+        except data.DataError as error:
+            raise ValueError(f"dataset: {error}") from None
+        try:
+            check_patch_size(self.image_shape, self.resolved_patch_size)
+        except PatchSizeError as error:
+            raise ValueError(f"patch_size: {error}") from None
+        k, m = self.num_visible, self.num_patches
+        if self.objective == "mae" and not 1 <= k <= m - 1:
+            raise ValueError(
+                f"mask_ratio={self.mask_ratio} gives k=int({m}·(1-ρ))={k} visible patches; "
+                f"k must lie in [1, {m - 1}] for M={m}"
+            )
+        for part in ("encoder", "decoder"):
+            width, heads = getattr(self, f"{part}_width"), getattr(self, f"{part}_heads")
+            if width % heads:
+                raise ValueError(f"{part}_width={width} must be divisible by {part}_heads={heads}")
+            if self.pos_embed == "sincos" and width % 4:
+                raise ValueError(f"{part}_width={width} must be a multiple of 4 for pos_embed=sincos")
+        if self.corruption not in (None, "none") and self.objective != "dae":
+            raise ValueError(f"corruption={self.corruption} applies only to objective=dae")
+        if self.objective == "dae" and self.corruption == "none":
+            raise ValueError("objective=dae needs a corruption: gaussian, masking or salt_pepper")
+        if self.resolved_corruption in ("masking", "salt_pepper") and self.corruption_level > 1:
+            raise ValueError(f"corruption_level={self.corruption_level} must be in [0, 1] for {self.resolved_corruption}")
+        if self.mask_token_in_encoder and self.objective != "mae":
+            raise ValueError("mask_token_in_encoder applies only to objective=mae")
+        return self
+
+    # ---------------------------------------------------------------- derived values
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """(C, H, W) of the dataset's images."""
+        return data.dataset_image_shape(self.dataset)
+
+    @property
+    def resolved_patch_size(self) -> int:
+        return self.patch_size if self.patch_size is not None else data.default_patch_size(self.dataset)
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        _, height, width = self.image_shape
+        return height // self.resolved_patch_size, width // self.resolved_patch_size
+
+    @property
+    def num_patches(self) -> int:
+        """M = HW/P²."""
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def patch_dim(self) -> int:
+        """q = P²C."""
+        return self.resolved_patch_size ** 2 * self.image_shape[0]
+
+    @property
+    def num_visible(self) -> int:
+        """k = int(M·(1-ρ)) for the MAE; every patch for the AE and DAE."""
+        if self.objective != "mae":
+            return self.num_patches
+        return num_visible_for(self.num_patches, self.mask_ratio)
+
+    @property
+    def effective_mask_ratio(self) -> float:
+        """(M-k)/M, the ratio actually trained with."""
+        return (self.num_patches - self.num_visible) / self.num_patches
+
+    @property
+    def num_visible_sets(self) -> int:
+        """|V_k| = C(M,k)."""
+        return math.comb(self.num_patches, self.num_visible)
+
+    @property
+    def resolved_corruption(self) -> str:
+        if self.corruption is not None:
+            return self.corruption
+        return "gaussian" if self.objective == "dae" else "none"
+
+    @property
+    def actual_lr(self) -> float:
+        """Peak step size: He et al.'s linear scaling for adamw, η itself for sgd."""
+        return self.lr * self.batch_size / 256 if self.optimizer == "adamw" else self.lr
+
+    @property
+    def warmup_steps(self) -> int:
+        return int(self.warmup_fraction * self.steps)
+
+    def resolved(self) -> dict[str, Any]:
+        """Every key with defaults resolved, plus the derived quantities a reader needs."""
+        values = self.model_dump()
+        values.update(
+            patch_size=self.resolved_patch_size,
+            corruption=self.resolved_corruption,
+            num_patches=self.num_patches,
+            patch_dim=self.patch_dim,
+            num_visible=self.num_visible,
+            effective_mask_ratio=self.effective_mask_ratio,
+            actual_lr=self.actual_lr,
+            warmup_steps=self.warmup_steps,
+        )
+        return values
+
+    def with_updates(self, **changes: Any) -> Config:
+        """A new validated config with some keys changed."""
+        return Config(**{**self.model_dump(exclude_unset=True), **changes})
+
+
+def parse_value(text: str) -> Any:
+    """CLI text -> Python value: ``none``/``null`` become None; the rest is left to the typed fields."""
+    return None if text.strip().lower() in ("none", "null") else text
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``["mask_ratio=0.5", ...]`` -> ``{"mask_ratio": "0.5", ...}``; raises ConfigError on a bad pair."""
+    keys: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"expected key=value, got {pair!r}")
+        keys[key.strip()] = parse_value(value)
+    return keys

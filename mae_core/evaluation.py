@@ -1,0 +1,44 @@
+"""Reconstruction-side metrics of a trained model on the held-out split."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .config import Config
+from .corruptions import finite_corruption_law
+from .objectives import (
+    empirical_den_risk,
+    empirical_mae_risk,
+    empirical_rec_risk,
+    mean_pixel_baseline_risk,
+)
+from .train import PatchData
+
+
+def reconstruction_metrics(model: nn.Module, config: Config, data: PatchData) -> dict[str, float]:
+    """The test metrics of the MLflow contract that concern reconstruction.
+
+    ``test_mae_risk`` (``R_MAE^emp`` at the trial's k; exact when ``C(M,k)`` fits the budget)
+    exists for the MAE only: the AE/DAE encoder is not a masked encoder, so the spec defines no
+    masked risk for it. ``test_rec_risk`` is ``R_rec^emp`` with every patch visible;
+    ``test_den_risk`` is ``R_den^emp`` over the finite law of ``corruption_copies`` seeded copies.
+    """
+    test = data.test_patches
+    metrics: dict[str, float] = {
+        "test_baseline_risk": mean_pixel_baseline_risk(data.train_patches, test, config.target),
+        "test_rec_risk": empirical_rec_risk(model, test, config.target),
+    }
+    if config.objective == "mae":
+        risk = empirical_mae_risk(
+            model, test, config.num_visible, config.target, masks="exact",
+            generator=torch.Generator().manual_seed(config.seed + 2),
+            exact_budget=config.risk_exact_budget, mc_masks=config.risk_mc_masks,
+        )
+        metrics.update(test_mae_risk=risk.value, test_mae_risk_stderr=risk.stderr,
+                       test_mae_risk_masks=float(risk.num_masks))
+    if config.objective == "dae":
+        law = finite_corruption_law(test, config.resolved_corruption, config.corruption_level,
+                                    config.corruption_copies, seed=config.seed + 3)
+        metrics["test_den_risk"] = empirical_den_risk(model, test, law, config.target)
+    return metrics

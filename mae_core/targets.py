@@ -1,0 +1,91 @@
+"""Reconstruction targets ``T`` applied patch by patch: ``[B,M,q] -> [B,M,q]``.
+
+* ``raw``: ``T_raw(u) = u`` (spec).
+* ``norm``: the specification's ``T_norm(u) = (u - ū·1) / s(u)`` with the *population*
+  standard deviation ``s(u) = (q⁻¹ Σ_r (u_r - ū)²)^½`` and no epsilon. It is defined only
+  for ``s(u) > 0``, so a training set must lie in ``D_norm = {x : s(x_j) > 0 ∀ j}``.
+* ``norm_eps``: He et al.'s implementation variant ``(u - ū)/sqrt(var(u) + 1e-6)``, defined
+  everywhere. It is *not* the spec's ``T_norm``; it exists for the target ablation and for
+  data with constant patches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+TARGETS = ("raw", "norm", "norm_eps")
+NORM_EPS = 1e-6  # He et al.'s reference code (models_mae.py, forward_loss)
+
+
+class NormDomainError(ValueError):
+    """A patch has zero standard deviation, so the spec's ``T_norm`` is undefined there."""
+
+
+@dataclass(frozen=True)
+class NormDomainReport:
+    """How many images and patches of a set fall outside ``D_norm``."""
+
+    num_images: int
+    num_bad_images: int
+    num_bad_patches: int
+    first_bad: tuple[int, int] | None  # (image, patch), 0-based
+
+    @property
+    def ok(self) -> bool:
+        return self.num_bad_patches == 0
+
+
+def constant_patches(patches: torch.Tensor) -> torch.Tensor:
+    """Boolean ``[B,M]``: True where ``s(x_j) = 0``, i.e. all q values of the patch are equal.
+
+    Tested exactly (max == min) rather than by a floating-point variance, which can come out
+    as a tiny positive number for a constant patch.
+    """
+    return patches.amax(dim=-1) == patches.amin(dim=-1)
+
+
+def norm_domain_report(patches: torch.Tensor) -> NormDomainReport:
+    """Check a set ``[N,M,q]`` against ``D_norm`` (spec, definition of ``D_norm``)."""
+    bad = constant_patches(patches)
+    bad_images = bad.any(dim=1)
+    first = None
+    if bad.any():
+        image, patch = (int(v) for v in torch.nonzero(bad)[0])
+        first = (image, patch)
+    return NormDomainReport(
+        num_images=patches.shape[0],
+        num_bad_images=int(bad_images.sum()),
+        num_bad_patches=int(bad.sum()),
+        first_bad=first,
+    )
+
+
+def require_norm_domain(patches: torch.Tensor, what: str = "the training set") -> None:
+    """Raise :class:`NormDomainError` unless every patch of every image has ``s > 0``."""
+    report = norm_domain_report(patches)
+    if not report.ok:
+        image, patch = report.first_bad
+        raise NormDomainError(
+            f"target=norm is undefined on {what}: {report.num_bad_images} of "
+            f"{report.num_images} images have {report.num_bad_patches} zero-variance patches "
+            f"(first: image {image}, patch {patch}); use target=norm_eps or target=raw"
+        )
+
+
+def apply_target(patches: torch.Tensor, kind: str) -> torch.Tensor:
+    """``T(x_j)`` for every patch: ``[B,M,q] -> [B,M,q]``.
+
+    ``norm`` raises :class:`NormDomainError` naming the offending image and patch.
+    """
+    if kind == "raw":
+        return patches
+    if kind not in TARGETS:
+        raise ValueError(f"target={kind!r} is not one of {', '.join(TARGETS)}")
+    mean = patches.mean(dim=-1, keepdim=True)
+    var = patches.var(dim=-1, keepdim=True, unbiased=False)  # population variance, as the spec
+    if kind == "norm_eps":
+        return (patches - mean) / torch.sqrt(var + NORM_EPS)
+    require_norm_domain(patches, what="these images")
+    return (patches - mean) / var.sqrt()

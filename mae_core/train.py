@@ -1,0 +1,268 @@
+"""The specification's training procedure, step for step.
+
+For ``t = 0, ..., J-1`` (spec, "perform the following steps"):
+
+1. sample ``I_t`` uniformly from the training set (with replacement across steps) and,
+   independently, ``V_t ~ Uniform(V_k)``; a minibatch of size B draws B such pairs
+   (``batch_size=1`` is the literal procedure);
+2. encode the visible values, restore the order with the shared mask token, decode all M slots;
+3. ``L_t = ((M-k)q)⁻¹ Σ_{j∉V_t} ||x̂_{t,j} - T(x_j)||²``, ``g_t = ∇L_t``,
+   ``(θ_{t+1}, s_{t+1}) = U_t((θ_t, s_t), g_t)``.
+
+The spec requires a finite gradient at every iterate: a non-finite loss or gradient stops the
+run with :class:`NonFiniteError` naming the step. The AE and DAE objectives use the same loop
+with the full-image loss (``R_rec``; ``R_den`` with a fresh corruption each step, Vincent et
+al. eq. 5). Checkpoints hold model, optimiser, sampler RNG and step, are written atomically,
+and resuming from one reproduces the uninterrupted run exactly on the CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .config import Config
+from .corruptions import corrupt
+from .data import load_dataset
+from .masking import sample_visible
+from .models import build_model
+from .objectives import masked_mse, reconstruction_mse
+from .patches import patchify
+from .targets import apply_target, require_norm_domain
+
+
+class NonFiniteError(FloatingPointError):
+    """The loss or its gradient left the reals at update ``step`` (0-based t of the spec)."""
+
+    def __init__(self, step: int, what: str, lr: float):
+        self.step, self.what = step, what
+        super().__init__(f"non-finite {what} at step t={step} (lr={lr:.3g}); the spec requires a finite gradient at every iterate")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file cannot be read (for example truncated by a crash mid-write)."""
+
+
+# ------------------------------------------------------------------------------ data
+
+
+@dataclass(frozen=True)
+class PatchData:
+    """A dataset on the trial's patch grid: patches ``[N,M,q]`` and labels ``[N]``."""
+
+    train_patches: torch.Tensor
+    train_labels: torch.Tensor
+    test_patches: torch.Tensor
+    test_labels: torch.Tensor
+    image_shape: tuple[int, int, int]
+    patch_size: int
+
+
+def prepare_data(config: Config) -> PatchData:
+    """Load, limit and patchify the dataset; refuse ``target=norm`` outside ``D_norm``."""
+    dataset = load_dataset(config.dataset, seed=config.seed)
+    p = config.resolved_patch_size
+    train = patchify(dataset.train_images[: config.train_limit], p)
+    test = patchify(dataset.test_images[: config.test_limit], p)
+    if config.target == "norm":
+        require_norm_domain(train, what=f"the training set of dataset={config.dataset}")
+        require_norm_domain(test, what=f"the test set of dataset={config.dataset}")
+    return PatchData(
+        train_patches=train, train_labels=dataset.train_labels[: config.train_limit],
+        test_patches=test, test_labels=dataset.test_labels[: config.test_limit],
+        image_shape=dataset.image_shape, patch_size=p,
+    )
+
+
+# ------------------------------------------------------------------- schedule, optimiser
+
+
+def learning_rate(step: int, *, peak: float, warmup_steps: int, total_steps: int, schedule: str) -> float:
+    """η_t: linear warm-up to ``peak`` over ``warmup_steps``, then cosine to 0 or constant."""
+    if step < warmup_steps:
+        return peak * (step + 1) / warmup_steps
+    if schedule == "constant":
+        return peak
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return peak * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def build_optimizer(model: nn.Module, config: Config) -> torch.optim.Optimizer:
+    """U_t as a named preset: AdamW as He et al. A.1 (β=0.9/0.95, decay 0.05 except norms,
+    biases, tokens and positions) or plain SGD ``θ - η_t g``."""
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=config.actual_lr, momentum=0.0, foreach=True)
+    decay, no_decay = [], []
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        skip = parameter.ndim <= 1 or name.endswith("token") or "positions" in name
+        (no_decay if skip else decay).append(parameter)
+    groups = [{"params": decay, "weight_decay": config.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=config.actual_lr, betas=(0.9, 0.95), foreach=True)
+
+
+def resolve_device(choice: str) -> torch.device:
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device=cuda but no CUDA device is available; use device=auto or cpu")
+    return torch.device(choice)
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """Write atomically: a temporary file in the same folder, fsync, then rename. The previous
+    checkpoint is kept as ``<name>.prev`` so a damaged newest file still leaves a good one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as handle:
+        torch.save(state, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    if path.exists():
+        os.replace(path, path.with_name(path.name + ".prev"))
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Load with ``weights_only=True``; raise :class:`CheckpointError` if the file is damaged."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # a truncated zip raises several different types
+        raise CheckpointError(f"checkpoint {path} cannot be read: {error}") from error
+
+
+def load_latest_checkpoint(path: Path) -> tuple[dict[str, Any] | None, list[str]]:
+    """The newest readable checkpoint at ``path`` (or its ``.prev``), with warnings about any
+    damaged file that was skipped."""
+    warnings: list[str] = []
+    for candidate in (Path(path), Path(path).with_name(Path(path).name + ".prev")):
+        if not candidate.exists():
+            continue
+        try:
+            return load_checkpoint(candidate), warnings
+        except CheckpointError as error:
+            warnings.append(str(error))
+    return None, warnings
+
+
+# ---------------------------------------------------------------------------------- loop
+
+
+@dataclass
+class TrainResult:
+    model: nn.Module
+    steps: int  # J actually completed
+    history: list[tuple[int, float]] = field(default_factory=list)  # (step, mean train_loss)
+    resumed_from: int | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def is_due(step: int, every: int, total: int) -> bool:
+    """True after update ``step`` (1-based count) when a periodic action is due, and at the end."""
+    return step == total or (every > 0 and step % every == 0)
+
+
+def train(
+    config: Config,
+    data: PatchData,
+    *,
+    checkpoint_path: Path | None = None,
+    on_log: Callable[[int, dict[str, float]], None] | None = None,
+    on_checkpoint: Callable[[int, Path], None] | None = None,
+    checkpoint_extra: dict[str, Any] | None = None,
+) -> TrainResult:
+    """Run the J updates of the spec's procedure; resume from ``checkpoint_path`` if it exists."""
+    device = resolve_device(config.device)
+    torch.manual_seed(config.seed)
+    model = build_model(config).to(device)
+    optimizer = build_optimizer(model, config)
+    sampler = torch.Generator().manual_seed(config.seed + 1)  # draws I_t, V_t and corruptions
+    history: list[tuple[int, float]] = []
+    start, resumed_from, warnings = 0, None, []
+    if checkpoint_path is not None:
+        state, warnings = load_latest_checkpoint(checkpoint_path)
+        if state is not None:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            sampler.set_state(state["sampler"])
+            start = resumed_from = int(state["step"])
+            history = [(int(s), float(v)) for s, v in state["history"]]
+
+    train_patches = data.train_patches
+    targets = apply_target(train_patches, config.target)  # T(x_j) once, not per step
+    n, num_patches = train_patches.shape[:2]
+    k = config.num_visible
+    step_fn = torch.compile(model) if config.compile else model
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+    peak = config.actual_lr
+    running = torch.zeros((), dtype=torch.float64)
+    since_log = 0
+
+    model.train()
+    for t in range(start, config.steps):
+        lr = learning_rate(t, peak=peak, warmup_steps=config.warmup_steps,
+                           total_steps=config.steps, schedule=config.schedule)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        index = torch.randint(n, (config.batch_size,), generator=sampler)  # I_t
+        x, target = train_patches[index], targets[index]
+        if config.objective == "mae":
+            visible = sample_visible(config.batch_size, num_patches, k, sampler,
+                                     config.mask_sampling, config.grid)  # V_t
+            x, target, visible = x.to(device), target.to(device), visible.to(device)
+            with autocast:
+                pred = step_fn(x, visible)
+            loss = masked_mse(pred.float(), target, visible).mean()
+        else:
+            if config.objective == "dae":
+                x = corrupt(x, config.resolved_corruption, config.corruption_level, sampler)
+            x, target = x.to(device), target.to(device)
+            with autocast:
+                pred = step_fn(x)
+            loss = reconstruction_mse(pred.float(), target).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        _require_finite(model, loss, t, lr)
+        optimizer.step()
+
+        running += loss.detach().double().cpu()
+        since_log += 1
+        done = t + 1
+        if is_due(done, config.log_every, config.steps):
+            history.append((done, float(running / since_log)))
+            if on_log is not None:
+                on_log(done, {"train_loss": history[-1][1]})
+            running.zero_()
+            since_log = 0
+        if checkpoint_path is not None and is_due(done, config.checkpoint_every, config.steps):
+            save_checkpoint(checkpoint_path, {
+                "step": done, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "sampler": sampler.get_state(), "history": history,
+                "config": config.resolved(), "extra": checkpoint_extra or {},
+            })
+            if on_checkpoint is not None:
+                on_checkpoint(done, checkpoint_path)
+    model.eval()
+    return TrainResult(model=model, steps=config.steps, history=history,
+                       resumed_from=resumed_from, warnings=warnings)
+
+
+def _require_finite(model: nn.Module, loss: torch.Tensor, step: int, lr: float) -> None:
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))) if grads else loss.new_zeros(())
+    if bool(torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)):  # one host sync per step
+        return
+    raise NonFiniteError(step, "loss" if not torch.isfinite(loss) else "gradient", lr)
