@@ -1,0 +1,158 @@
+"""The ``mae-study`` command line.
+
+Bad input exits with status 2 and one line naming the problem, before Ray starts or an MLflow
+run is created; a run that fails while training exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+
+from mae_core.config import Config, ConfigError, parse_overrides
+from mae_core.data import DataError
+from mae_core.patches import PatchSizeError
+from mae_core.targets import NormDomainError
+
+BAD_INPUT = 2
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
+        raise UsageError(message)
+
+
+def _fail(message: str, status: int = BAD_INPUT) -> NoReturn:
+    print(f"mae-study: error: {message}", file=sys.stderr)
+    raise SystemExit(status)
+
+
+def load_config_file(path: str | None) -> dict[str, Any]:
+    """A YAML mapping of config keys (safe loader: no code runs from a config file)."""
+    if path is None:
+        return {}
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"--config {path}: no such file")
+    try:
+        keys = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise UsageError(f"--config {path}: not valid YAML{where}") from None
+    if keys is None:
+        return {}
+    if not isinstance(keys, dict):
+        raise UsageError(f"--config {path}: expected a mapping of key: value, got {type(keys).__name__}")
+    return keys
+
+
+def resolve_config(config_file: str | None, overrides: list[str], base: dict[str, Any] | None = None) -> Config:
+    keys = {**(base or {}), **load_config_file(config_file), **parse_overrides(overrides)}
+    return Config(**keys)
+
+
+def writable_folder(path: Path, what: str) -> Path:
+    """Create ``path`` if needed and make sure files can be written there."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".mae-study-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise UsageError(f"{what} {path}: cannot be written ({error.strerror or error})") from None
+    return path.resolve()
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from mae_core.train import NonFiniteError, prepare_data
+
+    config = resolve_config(args.config, args.overrides)
+    data = prepare_data(config)  # data errors and D_norm refusals happen before any run exists
+    out = writable_folder(Path(args.out), "--out")
+    tracking_uri = args.tracking_uri or _default_uri(out)
+
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from .trial import run_trial, trial_run_name
+
+    console = Console(stderr=True)
+    run_name = trial_run_name(config)
+    console.print(f"[bold]{run_name}[/]  M={config.num_patches} q={config.patch_dim} "
+                  f"k={config.num_visible} ρ_eff={config.effective_mask_ratio:.3f}  "
+                  f"n_train={len(data.train_patches)} n_test={len(data.test_patches)}")
+    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
+               TextColumn("{task.completed}/{task.total}"), TextColumn("loss {task.fields[loss]}"),
+               TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("train", total=config.steps, loss="-")
+        try:
+            outcome = run_trial(
+                config, data, tracking_uri=tracking_uri, experiment=args.experiment, run_name=run_name,
+                checkpoint_path=out / "checkpoints" / f"{run_name}.pt" if args.resume else None,
+                on_progress=lambda step, m: progress.update(task, completed=step, loss=f"{m['train_loss']:.4f}"),
+            )
+        except NonFiniteError as error:
+            _fail(str(error), status=1)
+    _print_metrics(console, outcome.metrics)
+    console.print(f"MLflow run {outcome.run_id} in {tracking_uri} (experiment {args.experiment})")
+    return 0
+
+
+def _default_uri(folder: Path) -> str:
+    from .tracking import default_tracking_uri
+
+    return default_tracking_uri(folder)
+
+
+def _print_metrics(console, metrics: dict[str, float]) -> None:
+    from rich.table import Table
+
+    table = Table("metric", "value", title="held-out split")
+    for key, value in metrics.items():
+        table.add_row(key, f"{value:.5g}")
+    console.print(table)
+
+
+# ------------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="mae-study", description="Ablation studies of masked autoencoders.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    train = commands.add_parser("train", help="one run, no Ray")
+    train.add_argument("--config", help="YAML file of config keys")
+    train.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite file in --out)")
+    train.add_argument("--experiment", default="mae-study", help="MLflow experiment name")
+    train.add_argument("--out", default=".", help="folder for mlflow.db and checkpoints (default: .)")
+    train.add_argument("--resume", action="store_true", help="continue from this run's checkpoint in --out")
+    train.add_argument("overrides", nargs="*", metavar="key=value")
+    train.set_defaults(handler=cmd_train)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        args = build_parser().parse_args(argv)
+        return args.handler(args)
+    except (UsageError, ConfigError, DataError, NormDomainError, PatchSizeError) as error:
+        _fail(str(error))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""MLflow plumbing: the default store, experiments, and runs reopened by id.
+
+The default store is an SQLite file in the working directory, named by *absolute* path (Ray
+trials run in their own folders and would otherwise each get their own ``mlflow.db``).
+Experiments get an absolute artifact location for the same reason.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+
+DEFAULT_EXPERIMENT = "mae-study"
+MAX_PARAM_LENGTH = 6000  # MLflow 3's limit on a param value
+
+
+def default_tracking_uri(folder: Path | None = None) -> str:
+    """``sqlite:///<abs>/mlflow.db`` in ``folder`` (default: the working directory)."""
+    return f"sqlite:///{(Path(folder or Path.cwd()) / 'mlflow.db').resolve()}"
+
+
+def default_artifact_root(tracking_uri: str) -> str | None:
+    """Beside the SQLite file (``mlartifacts/``), as an absolute path; None for a server."""
+    if tracking_uri.startswith("sqlite:///"):
+        return str(Path(tracking_uri.removeprefix("sqlite:///")).parent / "mlartifacts")
+    return None
+
+
+def git_commit() -> str:
+    """The code version of this checkout ("unknown" outside git)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5, cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def ensure_experiment(client: MlflowClient, name: str, tracking_uri: str) -> str:
+    """The experiment's id, creating it (with an absolute artifact root) if needed."""
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    root = default_artifact_root(tracking_uri)
+    location = f"{root}/{name}" if root else None
+    return client.create_experiment(name, artifact_location=location)
+
+
+def create_run(client: MlflowClient, experiment_id: str, run_name: str,
+               parent_run_id: str | None = None, tags: dict[str, str] | None = None) -> str:
+    all_tags = {MLFLOW_RUN_NAME: run_name, "git_commit": git_commit(), **(tags or {})}
+    if parent_run_id:
+        all_tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
+    run = client.create_run(experiment_id, run_name=run_name, tags=all_tags)
+    return run.info.run_id
+
+
+def log_params(client: MlflowClient, run_id: str, params: dict) -> None:
+    """Log params once; a reopened run that already has them is left as it is."""
+    existing = client.get_run(run_id).data.params
+    fresh = [Param(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in params.items() if k not in existing]
+    for start in range(0, len(fresh), 100):  # MLflow's batch limit for params
+        client.log_batch(run_id, params=fresh[start:start + 100])
+
+
+def log_metrics(client: MlflowClient, run_id: str, metrics: dict[str, float], step: int,
+                timestamp_ms: int) -> None:
+    client.log_batch(run_id, metrics=[Metric(k, float(v), timestamp_ms, step) for k, v in metrics.items()])
+
+
+def logged_steps(client: MlflowClient, run_id: str, key: str) -> set[int]:
+    """Steps already recorded for ``key`` (so a resumed run never logs a step twice)."""
+    return {m.step for m in client.get_metric_history(run_id, key)}
+
+
+def set_tags(client: MlflowClient, run_id: str, tags: dict[str, str]) -> None:
+    client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])

@@ -1,0 +1,113 @@
+"""One trial end to end: train, evaluate, log everything to one MLflow run.
+
+Used by ``mae-study train`` directly and by the Ray Tune trainable; it holds no Ray code.
+A trial that is resumed (same checkpoint path) reopens its own MLflow run, whose id lives in
+the checkpoint, and never logs a metric step twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from analysis.reconstructions import close, reconstruction_figure
+from mae_core.config import Config
+from mae_core.evaluation import reconstruction_metrics
+from mae_core.models import config_variant_name
+from mae_core.train import NonFiniteError, PatchData, load_latest_checkpoint, train
+
+from . import tracking
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    run_id: str
+    metrics: dict[str, float]
+    train_seconds: float
+
+
+def trial_run_name(config: Config, prefix: str = "") -> str:
+    """E.g. ``mae_vit_w64d4_dec32d2-r0.75-s0``: the variant, its ratio and its seed."""
+    ratio = f"-r{config.mask_ratio:g}" if config.objective == "mae" else ""
+    return f"{prefix}{config_variant_name(config)}{ratio}-s{config.seed}"
+
+
+def run_trial(
+    config: Config,
+    data: PatchData,
+    *,
+    tracking_uri: str,
+    experiment: str = tracking.DEFAULT_EXPERIMENT,
+    run_name: str | None = None,
+    parent_run_id: str | None = None,
+    tags: dict[str, str] | None = None,
+    checkpoint_path: Path | None = None,
+    run_id: str | None = None,
+    on_progress: Callable[[int, dict[str, float]], None] | None = None,
+    evaluate: Callable[..., dict[str, float]] | None = None,
+) -> TrialOutcome:
+    """Train and evaluate ``config`` on ``data``; one MLflow run holds all of it.
+
+    ``run_id`` reopens a run the caller made; otherwise the run id kept in the checkpoint is
+    reopened, or a new run is created. ``evaluate(model, config, data)`` adds downstream metrics (probes) when given. A diverging
+    trial ends FAILED with ``failure_step`` and ``failure_reason`` tags, and the error is re-raised.
+    """
+    client = MlflowClient(tracking_uri)
+    run_id = run_id or _reopen_or_create(client, config, tracking_uri, experiment, run_name,
+                                         parent_run_id, tags, checkpoint_path)
+    client.update_run(run_id, status="RUNNING")
+    tracking.log_params(client, run_id, config.resolved())
+    already = tracking.logged_steps(client, run_id, "train_loss")
+
+    def on_log(step: int, metrics: dict[str, float]) -> None:
+        if step not in already:
+            tracking.log_metrics(client, run_id, metrics, step, int(time.time() * 1000))
+        if on_progress is not None:
+            on_progress(step, metrics)
+
+    started = time.perf_counter()
+    try:
+        result = train(config, data, checkpoint_path=checkpoint_path, on_log=on_log,
+                       checkpoint_extra={"mlflow_run_id": run_id})
+    except NonFiniteError as error:
+        tracking.set_tags(client, run_id, {"failure_step": error.step, "failure_reason": str(error)})
+        client.set_terminated(run_id, "FAILED")
+        raise
+    except BaseException as error:  # interrupted: leave the run resumable, say why
+        tracking.set_tags(client, run_id, {"interrupted": type(error).__name__})
+        client.set_terminated(run_id, "KILLED")
+        raise
+    train_seconds = time.perf_counter() - started
+    if result.warnings:
+        tracking.set_tags(client, run_id, {"checkpoint_warning": " | ".join(result.warnings)})
+
+    metrics = reconstruction_metrics(result.model, config, data)
+    if evaluate is not None:
+        metrics.update(evaluate(result.model, config, data))
+    metrics["train_seconds"] = train_seconds
+    metrics["effective_mask_ratio"] = config.effective_mask_ratio
+    tracking.log_metrics(client, run_id, metrics, config.steps, int(time.time() * 1000))
+
+    figure = reconstruction_figure(result.model, config, data.test_patches, data.image_shape, seed=config.seed)
+    client.log_figure(run_id, figure, "reconstructions.png")
+    close(figure)
+    if checkpoint_path is not None and Path(checkpoint_path).exists():
+        client.log_artifact(run_id, str(checkpoint_path), artifact_path="checkpoint")
+    client.set_terminated(run_id, "FINISHED")
+    return TrialOutcome(run_id=run_id, metrics=metrics, train_seconds=train_seconds)
+
+
+def _reopen_or_create(client, config, tracking_uri, experiment, run_name, parent_run_id, tags,
+                      checkpoint_path) -> str:
+    if checkpoint_path is not None:
+        state, _ = load_latest_checkpoint(checkpoint_path)
+        run_id = (state or {}).get("extra", {}).get("mlflow_run_id")
+        if run_id:
+            return run_id
+    experiment_id = tracking.ensure_experiment(client, experiment, tracking_uri)
+    return tracking.create_run(client, experiment_id, run_name or trial_run_name(config),
+                               parent_run_id, tags)
