@@ -125,7 +125,9 @@ def _monte_carlo_risk(model, patches, targets, num_visible, per_image, generator
 
 
 def _needs_visible(model: nn.Module) -> bool:
-    return hasattr(model, "mask_token")  # the masked model takes an explicit visible set
+    from .models import MaskedAutoencoder  # the masked model takes an explicit visible set
+
+    return isinstance(model, MaskedAutoencoder)
 
 
 def empirical_rec_risk(model: nn.Module, patches: torch.Tensor, target: str = "raw") -> float:

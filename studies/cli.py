@@ -112,6 +112,81 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .registry import STUDIES
+
+    table = Table("study", "mirrors", "axes (× seeds)", "trials", "smoke")
+    table.columns[0].no_wrap = True
+    for study in STUDIES.values():
+        axes = "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in study.axes.items())
+        table.add_row(study.name, study.paper, f"{axes} (× {len(study.seeds)})",
+                      str(study.grid_size()), str(study.grid_size(smoke=True)))
+    Console().print(table)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .registry import UnknownStudyError, get_study
+    from .runner import RunOptions, StudySetupError, plan_study, run_study
+
+    try:
+        study = get_study(args.study)
+        overrides = parse_overrides(args.overrides)
+        plan = plan_study(study, smoke=args.smoke, overrides=overrides)
+        if args.max_concurrent is not None and args.max_concurrent < 1:
+            raise UsageError(f"--max-concurrent {args.max_concurrent}: must be at least 1")
+        out = writable_folder(Path(args.out) / (study.name + ("-smoke" if args.smoke else "")), "--out")
+        options = RunOptions(
+            out_dir=out, tracking_uri=args.tracking_uri or _default_uri(Path.cwd()),
+            experiment=args.experiment, smoke=args.smoke, resume=args.resume, address=args.address,
+            max_concurrent=args.max_concurrent, cpus_per_trial=args.cpus_per_trial,
+            gpus_per_trial=args.gpus_per_trial,
+        )
+        from .runner import check_address, check_resume
+
+        check_address(options.address)
+        check_resume(plan, options)
+    except (UnknownStudyError, StudySetupError) as error:
+        raise UsageError(str(error)) from None
+
+    from .progress import StudyProgress
+
+    print(f"study {study.name} ({study.paper}): {len(plan.cells)} trials, axes "
+          + ", ".join(f"{k}={v}" for k, v in plan.axes.items()), file=sys.stderr)
+    state = run_study(plan, options, progress=StudyProgress(total=len(plan.cells)))
+    print(f"study {study.name}: {state['trials']} trials, {state['errored']} errored, "
+          f"{state['diverged']} diverged; MLflow parent run {state['parent_run_id']} in "
+          f"{options.tracking_uri}; next: mae-study report {study.name}", file=sys.stderr)
+    return 1 if state["errored"] else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from analysis.frame import ReportError
+    from analysis.report import write_report
+
+    from .registry import UnknownStudyError, get_study
+
+    try:
+        get_study(args.study)
+    except UnknownStudyError as error:
+        raise UsageError(str(error)) from None
+    out = writable_folder(Path(args.out or Path("mae_runs") / args.study / "report"), "--out")
+    formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
+    bad = [f for f in formats if f not in ("png", "pdf", "svg")]
+    if bad or not formats:
+        raise UsageError(f"--format {args.format}: allowed formats are png, pdf, svg")
+    try:
+        index = write_report(args.study, args.tracking_uri or _default_uri(Path.cwd()), out,
+                             formats=formats, experiment=args.experiment)
+    except ReportError as error:
+        raise UsageError(str(error)) from None
+    print(f"report: {index}")
+    return 0
+
+
 def _default_uri(folder: Path) -> str:
     from .tracking import default_tracking_uri
 
@@ -142,6 +217,31 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue from this run's checkpoint in --out")
     train.add_argument("overrides", nargs="*", metavar="key=value")
     train.set_defaults(handler=cmd_train)
+
+    run = commands.add_parser("run", help="a study's grid with Ray Tune")
+    run.add_argument("study")
+    run.add_argument("--smoke", action="store_true", help="tiny data and steps: seconds")
+    run.add_argument("--resume", action="store_true", help="continue the interrupted study")
+    run.add_argument("--address", help="join a Ray cluster: auto | host:port | ray://host:port")
+    run.add_argument("--max-concurrent", type=int, help="at most this many trials at once")
+    run.add_argument("--cpus-per-trial", type=float, default=1.0)
+    run.add_argument("--gpus-per-trial", type=float, default=0.0)
+    run.add_argument("--out", default="mae_runs", help="folder for Ray state (default: mae_runs)")
+    run.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite file in .)")
+    run.add_argument("--experiment", default="mae-study", help="MLflow experiment name")
+    run.add_argument("overrides", nargs="*", metavar="key=value", help="config keys; seeds=0,1,2")
+    run.set_defaults(handler=cmd_run)
+
+    listing = commands.add_parser("list", help="the built-in studies")
+    listing.set_defaults(handler=cmd_list)
+
+    report = commands.add_parser("report", help="tables and figures of a study from MLflow")
+    report.add_argument("study")
+    report.add_argument("--out", help="folder (default: mae_runs/STUDY/report)")
+    report.add_argument("--format", default="png,pdf", help="figure formats: png,pdf,svg")
+    report.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite file in .)")
+    report.add_argument("--experiment", default="mae-study")
+    report.set_defaults(handler=cmd_report)
     return parser
 
 

@@ -48,6 +48,7 @@ def run_trial(
     checkpoint_path: Path | None = None,
     run_id: str | None = None,
     on_progress: Callable[[int, dict[str, float]], None] | None = None,
+    on_checkpoint: Callable[[int, Path], None] | None = None,
     evaluate: Callable[..., dict[str, float]] | None = None,
 ) -> TrialOutcome:
     """Train and evaluate ``config`` on ``data``; one MLflow run holds all of it.
@@ -72,7 +73,7 @@ def run_trial(
     started = time.perf_counter()
     try:
         result = train(config, data, checkpoint_path=checkpoint_path, on_log=on_log,
-                       checkpoint_extra={"mlflow_run_id": run_id})
+                       on_checkpoint=on_checkpoint, checkpoint_extra={"mlflow_run_id": run_id})
     except NonFiniteError as error:
         tracking.set_tags(client, run_id, {"failure_step": error.step, "failure_reason": str(error)})
         client.set_terminated(run_id, "FAILED")
@@ -90,7 +91,10 @@ def run_trial(
         metrics.update(evaluate(result.model, config, data))
     metrics["train_seconds"] = train_seconds
     metrics["effective_mask_ratio"] = config.effective_mask_ratio
-    tracking.log_metrics(client, run_id, metrics, config.steps, int(time.time() * 1000))
+    # A trial retried after this point must not log its final metrics a second time.
+    logged = client.get_run(run_id).data.metrics
+    fresh = {k: v for k, v in metrics.items() if k not in logged}
+    tracking.log_metrics(client, run_id, fresh, config.steps, int(time.time() * 1000))
 
     figure = reconstruction_figure(result.model, config, data.test_patches, data.image_shape, seed=config.seed)
     client.log_figure(run_id, figure, "reconstructions.png")

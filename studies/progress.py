@@ -1,0 +1,65 @@
+"""Live study progress on the terminal: trials done / running / failed, best so far, time."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from ray.tune import Callback
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class StudyProgress(Callback):
+    """Prints one line whenever a trial starts, finishes or fails (plain text: it must pickle,
+    because Ray stores the run configuration for ``--resume``)."""
+
+    def __init__(self, total: int, metric: str = "test_mae_risk", mode: str = "min"):
+        self.total, self.metric, self.mode = total, metric, mode
+        self.started_at = time.monotonic()
+        self.running: set[str] = set()
+        self.done: set[str] = set()
+        self.failed: set[str] = set()
+        self.best: tuple[float, str] | None = None
+
+    def _line(self, event: str) -> None:
+        elapsed = time.monotonic() - self.started_at
+        finished = len(self.done) + len(self.failed)
+        remaining = ""
+        if finished:
+            left = elapsed / finished * max(0, self.total - finished)
+            remaining = f", about {_duration(left)} left"
+        best = f" | best {self.metric} {self.best[0]:.4g} ({self.best[1]})" if self.best else ""
+        print(f"[{finished}/{self.total} done, {len(self.running)} running, {len(self.failed)} failed]"
+              f" {event}{best} | {_duration(elapsed)} elapsed{remaining}", file=sys.stderr, flush=True)
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.running.add(trial.trial_id)
+        self._line(f"started {_label(trial)}")
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.running.discard(trial.trial_id)
+        result = trial.last_result or {}
+        if result.get("diverged") == 1.0:
+            self.failed.add(trial.trial_id)
+            self._line(f"diverged {_label(trial)}: {result.get('failure_reason', '')}")
+            return
+        self.done.add(trial.trial_id)
+        value = result.get(self.metric)
+        if value is not None and value == value:
+            better = self.best is None or (value < self.best[0] if self.mode == "min" else value > self.best[0])
+            if better:
+                self.best = (float(value), _label(trial))
+        self._line(f"finished {_label(trial)}")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self.running.discard(trial.trial_id)
+        self.failed.add(trial.trial_id)
+        self._line(f"error in {_label(trial)}")
+
+
+def _label(trial) -> str:
+    return " ".join(f"{k}={v}" for k, v in (trial.config or {}).items())

@@ -1,0 +1,280 @@
+"""Run a study's grid with Ray Tune; every trial is one MLflow child run of the study's run.
+
+Order of work (each step can fail with a one-line error before the next begins):
+
+1. resolve every cell's config and load its data (bad keys, paths, D_norm refusals);
+2. check the output folder, the ``--resume`` state and the Ray address;
+3. create the MLflow store, experiment and parent run on the driver (SQLite must not see
+   several processes create a schema at once);
+4. start or join Ray and run the trials.
+
+A trial checkpoints through ``ray.tune.report``; a retried or resumed trial continues from its
+last checkpoint and reopens its own MLflow run (found by the cell's id under the parent run),
+so a study ends with exactly one child run per grid cell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from mae_core.config import Config
+from mae_core.train import prepare_data
+
+from . import tracking
+from .study import Study, cell_id
+
+STATE_FILE = "study.json"  # in the study's output folder: parent run id, Ray folder, grid
+
+
+class StudySetupError(ValueError):
+    """Bad input found before Ray starts (one line)."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    out_dir: Path  # the study's folder (absolute)
+    tracking_uri: str
+    experiment: str = tracking.DEFAULT_EXPERIMENT
+    smoke: bool = False
+    resume: bool = False
+    address: str | None = None  # None: a local Ray on this machine's CPUs
+    max_concurrent: int | None = None
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    max_failures: int = 2  # Ray retries of a crashed trial (a diverging trial is not retried)
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    study: Study
+    base: dict[str, Any]  # keys every trial shares
+    axes: dict[str, list[Any]]  # the grid_search axes, seeds included as "seed"
+    cells: list[dict[str, Any]]
+
+
+def plan_study(study: Study, *, smoke: bool, overrides: dict[str, Any]) -> StudyPlan:
+    """Every cell validated and its data loadable, or a ConfigError/DataError/NormDomainError."""
+    seeds = overrides.pop("seeds", None)
+    seed_values = tuple(int(s) for s in str(seeds).split(",")) if seeds is not None else None
+    cells = study.cells(smoke=smoke, overrides=overrides, seeds=seed_values)
+    configs = [Config(**cell) for cell in cells]
+    checked: set[tuple] = set()
+    for config in configs:  # data problems surface here, not inside a Ray worker
+        key = (config.dataset, config.seed, config.target, config.train_limit, config.test_limit,
+               config.resolved_patch_size)
+        if key not in checked:
+            prepare_data(config)
+            checked.add(key)
+    axes = {name: values for name, values in ((smoke and study.smoke_axes) or study.axes).items()}
+    axes["seed"] = sorted({cell["seed"] for cell in cells})
+    base = {k: v for k, v in cells[0].items() if k not in axes}
+    return StudyPlan(study=study, base=base, axes=axes, cells=cells)
+
+
+# --------------------------------------------------------------------------- preflight
+
+
+def check_address(address: str | None, timeout_s: float = 3.0) -> None:
+    """Fail within seconds on an address nothing listens at (``ray.init`` can hang instead)."""
+    if address in (None, "auto", "local"):
+        return
+    parsed = urlparse(address if "://" in address else f"ray://{address}")
+    if not parsed.hostname or not parsed.port:
+        raise StudySetupError(f"--address {address}: expected auto, host:port or ray://host:port")
+    try:
+        with socket.create_connection((parsed.hostname, parsed.port), timeout=timeout_s):
+            pass
+    except OSError as error:
+        raise StudySetupError(f"--address {address}: no Ray cluster reachable ({error.strerror or error})") from None
+
+
+def load_state(out_dir: Path) -> dict[str, Any] | None:
+    path = out_dir / STATE_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def save_state(out_dir: Path, state: dict[str, Any]) -> None:
+    tmp = out_dir / (STATE_FILE + ".tmp")
+    tmp.write_text(json.dumps(state, indent=2, default=str))
+    os.replace(tmp, out_dir / STATE_FILE)
+
+
+def check_resume(plan: StudyPlan, options: RunOptions) -> dict[str, Any] | None:
+    """The saved state to resume, or None for a fresh study; refuses a changed grid."""
+    state = load_state(options.out_dir)
+    if not options.resume:
+        return None
+    from ray.tune import Tuner
+
+    if state is None or not Tuner.can_restore(state["ray_path"]):
+        raise StudySetupError(f"--resume: no study to resume in {options.out_dir}")
+    if sorted(cell_id(c) for c in plan.cells) != sorted(state["cells"]):
+        raise StudySetupError(
+            f"--resume: the grid differs from the interrupted study in {options.out_dir} "
+            "(same study, overrides and --smoke are required); run without --resume to start anew"
+        )
+    return state
+
+
+# --------------------------------------------------------------------------------- trial
+
+
+def find_or_create_child_run(client, experiment_id: str, parent_run_id: str, cid: str,
+                             run_name: str, tags: dict[str, str]) -> str:
+    """The one MLflow run of this grid cell under this parent."""
+    found = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.cell_id = '{cid}' and tags.`mlflow.parentRunId` = '{parent_run_id}'",
+        max_results=1,
+    )
+    if found:
+        return found[0].info.run_id
+    return tracking.create_run(client, experiment_id, run_name, parent_run_id, {**tags, "cell_id": cid})
+
+
+def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name: str,
+              tracking_uri: str, experiment: str, parent_run_id: str,
+              evaluation: dict[str, Any]) -> None:
+    """One Ray Tune trial: a grid cell trained, evaluated and logged to its MLflow run."""
+    import torch
+    from mlflow.tracking import MlflowClient
+    from ray import tune
+
+    from analysis.probes import probe_metrics
+    from mae_core.train import NonFiniteError
+
+    from .trial import run_trial, trial_run_name
+
+    # Ray sets OMP_NUM_THREADS to the trial's CPU share; torch must use the same number.
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    keys = {**base, **trial_config}
+    config = Config(**keys)
+    data = prepare_data(config)
+    cid = cell_id(keys)
+    client = MlflowClient(tracking_uri)
+    experiment_id = tracking.ensure_experiment(client, experiment, tracking_uri)
+    run_id = find_or_create_child_run(client, experiment_id, parent_run_id, cid,
+                                      trial_run_name(config), {"study": study_name})
+
+    work = Path(tempfile.mkdtemp(prefix="mae-trial-"))
+    local_checkpoint = work / "checkpoint.pt"
+    restored = tune.get_checkpoint()
+    if restored is not None:
+        with restored.as_directory() as folder:
+            for name in ("checkpoint.pt", "checkpoint.pt.prev"):
+                if (Path(folder) / name).exists():
+                    shutil.copy2(Path(folder) / name, work / name)
+
+    last = {"train_loss": float("nan")}
+
+    def on_progress(step: int, metrics: dict[str, float]) -> None:
+        last.update(metrics)
+
+    def on_checkpoint(step: int, path: Path) -> None:
+        if step == config.steps:
+            return  # the final report below carries the metrics
+        with tempfile.TemporaryDirectory() as folder:
+            for name in ("checkpoint.pt", "checkpoint.pt.prev"):
+                if (work / name).exists():
+                    shutil.copy2(work / name, Path(folder) / name)
+            tune.report({"step": step, "train_loss": last["train_loss"]},
+                        checkpoint=tune.Checkpoint.from_directory(folder))
+
+    def evaluate(model, config, data):
+        return probe_metrics(model, config, data, **evaluation)
+
+    try:
+        outcome = run_trial(config, data, tracking_uri=tracking_uri, experiment=experiment,
+                            run_id=run_id, checkpoint_path=local_checkpoint,
+                            on_progress=on_progress, on_checkpoint=on_checkpoint, evaluate=evaluate)
+    except NonFiniteError as error:
+        # Fails alone, with its reason in MLflow (run_trial marked it); Ray must not retry it.
+        tune.report({"step": error.step, "diverged": 1.0, "failure_reason": str(error)})
+        return
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    tune.report({"step": config.steps, "diverged": 0.0, **outcome.metrics})
+
+
+# -------------------------------------------------------------------------------- driver
+
+
+def start_ray(address: str | None) -> None:
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address in (None, "local"):
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                 configure_logging=False, ignore_reinit_error=True)
+    else:
+        # Workers do not inherit the driver's environment: pass what the trials need.
+        env = {k: os.environ[k] for k in ("RAY_USAGE_STATS_ENABLED", "MLFLOW_TRACKING_URI") if k in os.environ}
+        ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False,
+                 ignore_reinit_error=True)
+
+
+def run_study(plan: StudyPlan, options: RunOptions, progress=None) -> dict[str, Any]:
+    """Run (or resume) the study; returns its state (parent run id, Ray folder, counts)."""
+    from mlflow.tracking import MlflowClient
+    from ray import tune
+
+    check_address(options.address)
+    state = check_resume(plan, options)
+    client = MlflowClient(options.tracking_uri)
+    experiment_id = tracking.ensure_experiment(client, options.experiment, options.tracking_uri)
+    if state is None:
+        name = f"{plan.study.name}{'-smoke' if options.smoke else ''}-{time.strftime('%Y%m%d-%H%M%S')}"
+        parent = tracking.create_run(client, experiment_id, name, tags={
+            "study": plan.study.name, "study_axes": json.dumps([a for a in plan.axes if a != "seed"]),
+            "grid": json.dumps(plan.axes, default=str), "smoke": str(options.smoke),
+            "ray_address": options.address or "local", "paper": plan.study.paper,
+        })
+        state = {"study": plan.study.name, "parent_run_id": parent, "name": name,
+                 "ray_path": str(options.out_dir / "ray" / name),
+                 "cells": sorted(cell_id(c) for c in plan.cells), "axes": plan.axes}
+        save_state(options.out_dir, state)
+    else:
+        client.update_run(state["parent_run_id"], status="RUNNING")
+
+    fn = tune.with_parameters(
+        trainable, base=plan.base, study_name=plan.study.name, tracking_uri=options.tracking_uri,
+        experiment=options.experiment, parent_run_id=state["parent_run_id"],
+        evaluation=plan.study.evaluation,
+    )
+    fn = tune.with_resources(fn, {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial})
+    callbacks = [progress] if progress is not None else []
+    start_ray(options.address)
+    try:
+        if options.resume:
+            tuner = tune.Tuner.restore(state["ray_path"], fn, resume_unfinished=True, resume_errored=True)
+        else:
+            tuner = tune.Tuner(
+                fn,
+                param_space={axis: tune.grid_search(values) for axis, values in plan.axes.items()},
+                tune_config=tune.TuneConfig(max_concurrent_trials=options.max_concurrent),
+                run_config=tune.RunConfig(
+                    name=state["name"], storage_path=str(options.out_dir / "ray"),
+                    failure_config=tune.FailureConfig(max_failures=options.max_failures),
+                    checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+                    callbacks=callbacks, verbose=0,
+                ),
+            )
+        results = tuner.fit()
+    finally:
+        import ray
+
+        ray.shutdown()
+    errored = sum(1 for r in results if r.error is not None)
+    diverged = sum(1 for r in results if (r.metrics or {}).get("diverged") == 1.0)
+    client.set_terminated(state["parent_run_id"], "FAILED" if errored else "FINISHED")
+    state.update(trials=len(results), errored=errored, diverged=diverged)
+    return state
