@@ -7,7 +7,9 @@ run is created; a run that fails while training exits with status 1.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -164,23 +166,24 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """Reads only the MLflow store: any study that logged runs there can be reported."""
     from analysis.frame import ReportError
     from analysis.report import write_report
 
-    from .registry import UnknownStudyError, get_study
-
-    try:
-        get_study(args.study)
-    except UnknownStudyError as error:
-        raise UsageError(str(error)) from None
-    out = writable_folder(Path(args.out or Path("mae_runs") / args.study / "report"), "--out")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.study):
+        raise UsageError(f"study name {args.study!r}: use letters, digits, '_', '-' and '.' only")
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
     bad = [f for f in formats if f not in ("png", "pdf", "svg")]
     if bad or not formats:
         raise UsageError(f"--format {args.format}: allowed formats are png, pdf, svg")
+    tracking_uri = args.tracking_uri or _default_uri(Path.cwd())
+    store = Path(tracking_uri.removeprefix("sqlite:///"))
+    if tracking_uri.startswith("sqlite:///") and not store.is_file():
+        raise UsageError(f"no runs of study {args.study}: no MLflow store at {store} "
+                         f"(run `mae-study run {args.study}` first, or pass --tracking-uri)")
+    out = writable_folder(Path(args.out or Path("mae_runs") / args.study / "report"), "--out")
     try:
-        index = write_report(args.study, args.tracking_uri or _default_uri(Path.cwd()), out,
-                             formats=formats, experiment=args.experiment)
+        index = write_report(args.study, tracking_uri, out, formats=formats, experiment=args.experiment)
     except ReportError as error:
         raise UsageError(str(error)) from None
     print(f"report: {index}")
@@ -247,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    logging.getLogger("mlflow").setLevel(logging.WARNING)  # schema-creation chatter
     try:
         args = build_parser().parse_args(argv)
         return args.handler(args)

@@ -103,6 +103,7 @@ def load_state(out_dir: Path) -> dict[str, Any] | None:
 
 
 def save_state(out_dir: Path, state: dict[str, Any]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / (STATE_FILE + ".tmp")
     tmp.write_text(json.dumps(state, indent=2, default=str))
     os.replace(tmp, out_dir / STATE_FILE)
@@ -164,6 +165,10 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
     experiment_id = tracking.ensure_experiment(client, experiment, tracking_uri)
     run_id = find_or_create_child_run(client, experiment_id, parent_run_id, cid,
                                       trial_run_name(config), {"study": study_name})
+    import ray
+
+    tracking.set_tags(client, run_id, {"ray_node_id": ray.get_runtime_context().get_node_id(),
+                                       "ray_trial_id": tune.get_context().get_trial_id()})
 
     work = Path(tempfile.mkdtemp(prefix="mae-trial-"))
     local_checkpoint = work / "checkpoint.pt"
@@ -208,9 +213,12 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
 # -------------------------------------------------------------------------------- driver
 
 
-def start_ray(address: str | None) -> None:
+def start_ray(address: str | None) -> bool:
+    """Start or join Ray; False when a Ray session already exists (its owner shuts it down)."""
     import ray
 
+    if ray.is_initialized():
+        return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address in (None, "local"):
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
@@ -220,6 +228,7 @@ def start_ray(address: str | None) -> None:
         env = {k: os.environ[k] for k in ("RAY_USAGE_STATS_ENABLED", "MLFLOW_TRACKING_URI") if k in os.environ}
         ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False,
                  ignore_reinit_error=True)
+    return True
 
 
 def run_study(plan: StudyPlan, options: RunOptions, progress=None) -> dict[str, Any]:
@@ -252,7 +261,7 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None) -> dict[str, 
     )
     fn = tune.with_resources(fn, {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial})
     callbacks = [progress] if progress is not None else []
-    start_ray(options.address)
+    started = start_ray(options.address)
     try:
         if options.resume:
             tuner = tune.Tuner.restore(state["ray_path"], fn, resume_unfinished=True, resume_errored=True)
@@ -270,9 +279,10 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None) -> dict[str, 
             )
         results = tuner.fit()
     finally:
-        import ray
+        if started:
+            import ray
 
-        ray.shutdown()
+            ray.shutdown()
     errored = sum(1 for r in results if r.error is not None)
     diverged = sum(1 for r in results if (r.metrics or {}).get("diverged") == 1.0)
     client.set_terminated(state["parent_run_id"], "FAILED" if errored else "FINISHED")
