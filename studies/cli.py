@@ -252,7 +252,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # schema-creation chatter
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        # key=value may follow options (``run mask_ratio --smoke steps=50``), which a plain
+        # nargs="*" positional does not accept: collect the stragglers here.
+        args, extra = parser.parse_known_args(argv)
+        unknown = [item for item in extra if item.startswith("-") or not hasattr(args, "overrides")]
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        if extra:
+            args.overrides = [*args.overrides, *extra]
         return args.handler(args)
     except (UsageError, ConfigError, DataError, NormDomainError, PatchSizeError) as error:
         _fail(str(error))

@@ -165,6 +165,11 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
     experiment_id = tracking.ensure_experiment(client, experiment, tracking_uri)
     run_id = find_or_create_child_run(client, experiment_id, parent_run_id, cid,
                                       trial_run_name(config), {"study": study_name})
+    run = client.get_run(run_id)
+    if run.info.status == "FINISHED":
+        # The driver died after this trial finished but before Ray recorded it: do not run it again.
+        tune.report({"step": config.steps, "diverged": 0.0, **run.data.metrics})
+        return
     import ray
 
     tracking.set_tags(client, run_id, {"ray_node_id": ray.get_runtime_context().get_node_id(),
