@@ -34,7 +34,7 @@ def corrupt(
 ) -> torch.Tensor:
     """One draw of ``X̃`` for each element of ``x`` (any shape; returns a new tensor)."""
     if kind == "none":
-        return x
+        return x.clone()  # still a new tensor: a caller may edit X̃ without touching the clean X
     if kind == "gaussian":
         noise = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
         return x + level * noise

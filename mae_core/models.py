@@ -171,7 +171,10 @@ class MaskedAutoencoder(nn.Module):
         self.encoder_mask_token = (nn.Parameter(torch.zeros(encoder_width))
                                    if mask_token_in_encoder else None)
         self.decoder_embed = nn.Linear(encoder_width, decoder_width)
-        self.mask_token = nn.Parameter(torch.zeros(decoder_width))  # the spec's shared m
+        if mask_token_in_encoder:  # the decoder then gets M encoded slots: a decoder m would be dead
+            self.register_parameter("mask_token", None)
+        else:
+            self.mask_token = nn.Parameter(torch.zeros(decoder_width))  # the spec's shared m
         self.decoder_positions = Positions(decoder_width, grid, pos_embed)
         self.decoder = Transformer(decoder_width, decoder_depth, decoder_heads, mlp_ratio)
         self.decoder_pred = nn.Linear(decoder_width, patch_dim)

@@ -30,9 +30,10 @@ def masked_mse(pred: torch.Tensor, target: torch.Tensor, visible: torch.Tensor) 
     batch, num_patches, patch_dim = pred.shape
     num_masked = num_patches - visible.shape[1]
     masked = masked_positions(visible, num_patches)  # [B,M]
-    # where() rather than a product, so a non-finite visible prediction cannot leak in as 0·inf.
-    sq = torch.where(masked[..., None], (pred - target) ** 2, torch.zeros((), dtype=pred.dtype, device=pred.device))
-    return sq.sum(dim=(1, 2)) / (num_masked * patch_dim)
+    # where() before squaring, not a product after: a non-finite visible prediction can then leak
+    # in neither as 0·inf in the value nor as 0·inf in the gradient of the square.
+    diff = torch.where(masked[..., None], pred - target, torch.zeros((), dtype=pred.dtype, device=pred.device))
+    return (diff ** 2).sum(dim=(1, 2)) / (num_masked * patch_dim)
 
 
 def reconstruction_mse(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -192,14 +192,22 @@ def train(
     sampler = torch.Generator().manual_seed(config.seed + 1)  # draws I_t, V_t and corruptions
     history: list[tuple[int, float]] = []
     start, resumed_from, warnings = 0, None, []
+    running_sum, since_log = 0.0, 0  # train_loss accumulated since the last record
     if checkpoint_path is not None:
         state, warnings = load_latest_checkpoint(checkpoint_path)
         if state is not None:
+            changed = sorted(k for k, v in config.resolved().items() if state["config"].get(k) != v)
+            if changed:
+                raise CheckpointError(f"checkpoint {checkpoint_path} was written with different "
+                                      f"values of {', '.join(changed)}; resume with the same config")
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
             sampler.set_state(state["sampler"])
             start = resumed_from = int(state["step"])
             history = [(int(s), float(v)) for s, v in state["history"]]
+            # a checkpoint between two records carries the partial sum, so the resumed history
+            # equals the uninterrupted one even when checkpoint_every is no multiple of log_every
+            running_sum, since_log = float(state.get("running_sum", 0.0)), int(state.get("since_log", 0))
 
     train_patches = data.train_patches
     targets = apply_target(train_patches, config.target)  # T(x_j) once, not per step
@@ -208,8 +216,7 @@ def train(
     step_fn = torch.compile(model) if config.compile else model
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     peak = config.actual_lr
-    running = torch.zeros((), dtype=torch.float64)
-    since_log = 0
+    running = torch.tensor(running_sum, dtype=torch.float64)
 
     model.train()
     for t in range(start, config.steps):
@@ -251,6 +258,7 @@ def train(
             save_checkpoint(checkpoint_path, {
                 "step": done, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "sampler": sampler.get_state(), "history": history,
+                "running_sum": float(running), "since_log": since_log,
                 "config": config.resolved(), "extra": checkpoint_extra or {},
             })
             if on_checkpoint is not None:

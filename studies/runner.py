@@ -74,7 +74,7 @@ def plan_study(study: Study, *, smoke: bool, overrides: dict[str, Any]) -> Study
         if key not in checked:
             prepare_data(config)
             checked.add(key)
-    axes = {name: values for name, values in ((smoke and study.smoke_axes) or study.axes).items()}
+    axes = study.grid_axes(smoke, overrides)
     axes["seed"] = sorted({cell["seed"] for cell in cells})
     base = {k: v for k, v in cells[0].items() if k not in axes}
     return StudyPlan(study=study, base=base, axes=axes, cells=cells)

@@ -32,11 +32,21 @@ class Study:
     evaluation: dict[str, Any] = field(default_factory=dict)  # options for the probes
     doc: str = ""
 
+    def grid_axes(self, smoke: bool = False, overrides: dict[str, Any] | None = None) -> dict[str, list[Any]]:
+        """The axes of the grid; an override of an axis key (``mask_ratio=0.5,0.75``) replaces its values."""
+        axes = dict((self.smoke_axes or self.axes) if smoke else self.axes)
+        for key, value in (overrides or {}).items():
+            if key in axes:
+                axes[key] = [None if v.strip().lower() in ("none", "null") else v.strip()
+                             for v in str(value).split(",")]
+        return axes
+
     def cells(self, *, smoke: bool = False, overrides: dict[str, Any] | None = None,
               seeds: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
         """Every trial's config keys: base, then overrides, then the axis values and the seed."""
-        axes = (self.smoke_axes or self.axes) if smoke else self.axes
-        base = {**self.base, **(SMOKE if smoke else {}), **(self.smoke if smoke else {}), **(overrides or {})}
+        axes = self.grid_axes(smoke, overrides)
+        fixed = {k: v for k, v in (overrides or {}).items() if k not in axes}
+        base = {**self.base, **(SMOKE if smoke else {}), **(self.smoke if smoke else {}), **fixed}
         names = list(axes)
         cells = []
         for values in itertools.product(*(axes[name] for name in names)):

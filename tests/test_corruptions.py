@@ -51,7 +51,8 @@ def test_gaussian_at_level_zero_equals_input_and_has_the_level_as_std():
 
 def test_none_leaves_values_alone_and_unknown_kind_is_an_error():
     x = _images()
-    assert torch.equal(corrupt(x, "none", 0.3), x)
+    same = corrupt(x, "none", 0.3)
+    assert torch.equal(same, x) and same.data_ptr() != x.data_ptr()
     with pytest.raises(ValueError, match="blur"):
         corrupt(x, "blur", 0.3)
 

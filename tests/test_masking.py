@@ -85,6 +85,14 @@ def test_each_position_visible_with_probability_k_over_m():
     assert torch.allclose(freq, torch.full((m,), k / m, dtype=torch.float64), atol=0.015)
 
 
+def test_grid_scheme_keeps_one_patch_of_every_2x2_cell_at_ratio_three_quarters():
+    # He et al. Table 1f's "grid": a regular lattice at one random phase (not the spec's law)
+    visible = sample_visible(50, 16, 4, _gen(0), scheme="grid", grid=(4, 4))
+    rows, cols = visible // 4, visible % 4
+    assert bool((rows % 2 == rows[:, :1] % 2).all() and (cols % 2 == cols[:, :1] % 2).all())
+    assert len({tuple(r) for r in visible.tolist()}) == 4  # all four phases occur
+
+
 @pytest.mark.parametrize("m, k", [(4, 2), (6, 2), (6, 5), (10, 3), (16, 1), (16, 15)])
 def test_all_visible_sets_enumerates_v_k(m, k):
     sets = all_visible_sets(m, k)

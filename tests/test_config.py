@@ -1,0 +1,97 @@
+"""Config: good defaults, and every bad value is a ConfigError (a ValueError) naming its key."""
+
+import re
+
+import pytest
+
+from conftest import tiny_config
+from mae_core import Config, ConfigError
+
+BAD = [  # (keys, the key the one-line message must name)
+    (dict(mask_ratio=0), "mask_ratio"),
+    (dict(mask_ratio=1), "mask_ratio"),
+    (dict(mask_ratio=-0.1), "mask_ratio"),
+    (dict(mask_ratio=1.5), "mask_ratio"),
+    (dict(mask_ratio=0.99), "mask_ratio"),  # M=16: k = int(16·0.01) = 0 visible patches
+    (dict(mask_ratio=0.95), "mask_ratio"),  # k = int(0.8) = 0
+    (dict(patch_size=3), "patch_size"),  # 3 does not divide 8
+    (dict(patch_size=0), "patch_size"),
+    (dict(dataset="shapes", patch_size=3), "patch_size"),
+    (dict(objective="vae"), "objective"),
+    (dict(target="foo"), "target"),
+    (dict(corruption="blur", objective="dae"), "corruption"),
+    (dict(corruption="gaussian"), "corruption"),  # a corruption with objective=mae
+    (dict(objective="dae", corruption="none"), "corruption"),
+    (dict(objective="dae", corruption="masking", corruption_level=1.5), "corruption_level"),
+    (dict(mask_sampling="checkerboard"), "mask_sampling"),
+    (dict(dataset="mnist"), "dataset"),
+    (dict(dataset="npz:/no/such/file.npz"), "dataset"),
+    (dict(mask_ration=0.5), "mask_ration"),  # unknown key
+    (dict(lr=0), "lr"),
+    (dict(lr=-1), "lr"),
+    (dict(steps=-1), "steps"),
+    (dict(steps="abc"), "steps"),
+    (dict(batch_size=0), "batch_size"),
+    (dict(batch_size=2.5), "batch_size"),
+    (dict(encoder_width=20, encoder_heads=3), "encoder_width"),
+    (dict(decoder_width=12, decoder_heads=8), "decoder_width"),
+    (dict(encoder_width=18, encoder_heads=2), "encoder_width"),  # sincos needs a multiple of 4
+    (dict(mask_token_in_encoder=True, objective="ae"), "mask_token_in_encoder"),
+    (dict(optimizer="lamb"), "optimizer"),
+    (dict(warmup_fraction=1.0), "warmup_fraction"),
+    (dict(seed=-1), "seed"),
+]
+
+
+@pytest.mark.parametrize("keys, key", BAD, ids=[",".join(f"{k}={v!r}" for k, v in keys.items()) for keys, _ in BAD])
+def test_bad_value_raises_config_error_naming_the_key(keys, key):
+    with pytest.raises(ConfigError) as err:
+        Config(**keys)
+    assert isinstance(err.value, ValueError)
+    message = str(err.value)
+    assert re.search(rf"(?<!\w){key}(?!\w)", message), message  # the key as a whole word
+    assert "\n" not in message
+
+
+def test_defaults():
+    config = Config()
+    assert (config.dataset, config.objective, config.target, config.mask_sampling) == ("digits", "mae", "raw", "random")
+    assert config.resolved_patch_size == 2 and config.image_shape == (1, 8, 8)
+    assert config.num_patches == 16 and config.patch_dim == 4
+    assert config.num_visible == 4 and config.effective_mask_ratio == 0.75
+    assert config.num_visible_sets == 1820
+    assert config.actual_lr == pytest.approx(config.lr * 128 / 256)
+    assert config.resolved_corruption == "none"
+
+
+@pytest.mark.parametrize("keys, m, q, k", [
+    (dict(dataset="shapes"), 16, 16, 4),
+    (dict(dataset="photos"), 64, 48, 16),
+    (dict(patch_size=4, mask_ratio=0.5), 4, 16, 2),
+    (dict(mask_ratio=0.9), 16, 4, 1),  # int(1.6) = 1: the effective ratio is 15/16
+    (dict(objective="ae"), 16, 4, 16),  # the AE and DAE see every patch
+])
+def test_derived_grid_quantities(keys, m, q, k):
+    config = Config(**keys)
+    assert (config.num_patches, config.patch_dim, config.num_visible) == (m, q, k)
+    assert config.effective_mask_ratio == (m - k) / m
+    assert config.resolved()["num_visible"] == k
+
+
+def test_dae_defaults_to_gaussian_and_sgd_uses_lr_itself():
+    assert Config(objective="dae").resolved_corruption == "gaussian"
+    assert Config(optimizer="sgd", lr=0.1, batch_size=64).actual_lr == 0.1
+
+
+def test_cli_strings_are_coerced_and_config_is_frozen():
+    config = Config(mask_ratio="0.5", steps="10", class_token="true")
+    assert (config.mask_ratio, config.steps, config.class_token) == (0.5, 10, True)
+    with pytest.raises(Exception):
+        config.steps = 3
+
+
+def test_with_updates_revalidates():
+    config = tiny_config()
+    assert config.with_updates(mask_ratio=0.5).num_visible == 8
+    with pytest.raises(ConfigError, match="mask_ratio"):
+        config.with_updates(mask_ratio=0.99)

@@ -1,0 +1,159 @@
+"""Models: the visible-only encoder, the shared-mask-token decoder, and the AE/DAE bottleneck."""
+
+import pytest
+import torch
+
+from conftest import tiny_config
+from mae_core import BottleneckAutoencoder, MaskedAutoencoder, build_model, masked_mse, sample_visible
+from mae_core.models import gather_positions
+
+MAE_VARIANTS = {
+    "mae": {},
+    "mae_class_token": dict(class_token=True),
+    "mae_learned_positions": dict(pos_embed="learned"),
+    "mae_mask_token_in_encoder": dict(mask_token_in_encoder=True),
+    "mae_shapes": dict(dataset="shapes"),  # M=16, q=16
+    "mae_photos_rgb": dict(dataset="photos", decoder_width=16),  # M=64, q=48
+}
+ALL_VARIANTS = {**MAE_VARIANTS, "ae": dict(objective="ae"), "dae": dict(objective="dae"),
+                "ae_class_token": dict(objective="ae", class_token=True)}
+
+
+def _model(**overrides) -> tuple[torch.nn.Module, object]:
+    config = tiny_config(**overrides)
+    torch.manual_seed(0)
+    return build_model(config), config
+
+
+def _inputs(config, batch: int = 4, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    patches = torch.rand(batch, config.num_patches, config.patch_dim, generator=gen)
+    k = config.num_visible if config.objective == "mae" else 4  # AE/DAE: a mask it must refuse
+    return patches, sample_visible(batch, config.num_patches, k, gen)
+
+
+def _masked(visible: torch.Tensor, num_patches: int) -> torch.Tensor:
+    masked = torch.ones(visible.shape[0], num_patches, dtype=torch.bool)
+    return masked.scatter(1, visible, False)
+
+
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
+def test_build_model_shapes_and_attributes(variant):
+    model, config = _model(**ALL_VARIANTS[variant])
+    assert isinstance(model, MaskedAutoencoder if config.objective == "mae" else BottleneckAutoencoder)
+    assert model.num_patches == config.num_patches and model.patch_dim == config.patch_dim
+    patches, visible = _inputs(config)
+    pred = model(patches, visible) if config.objective == "mae" else model(patches)
+    assert pred.shape == (4, config.num_patches, config.patch_dim)
+    width = config.encoder_width * (2 if config.class_token else 1)
+    assert model.features(patches).shape == (4, width)
+
+
+@pytest.mark.parametrize("variant", MAE_VARIANTS)
+def test_masked_values_never_reach_the_model(variant):
+    model, config = _model(**MAE_VARIANTS[variant])
+    patches, visible = _inputs(config)
+    other = patches.clone()
+    masked = _masked(visible, config.num_patches)
+    other[masked] = torch.randn(int(masked.sum()), config.patch_dim) * 100  # only masked slots differ
+    assert not torch.equal(patches, other)
+    assert torch.equal(model(patches, visible), model(other, visible))  # bitwise
+    values, other_values = gather_positions(patches, visible), gather_positions(other, visible)
+    assert torch.equal(model.encode(values, visible), model.encode(other_values, visible))
+    # ... while a change at one visible slot does change the output
+    changed = patches.clone()
+    changed[0, visible[0, 0]] += 1.0
+    assert not torch.equal(model(patches, visible)[0], model(changed, visible)[0])
+
+
+@pytest.mark.parametrize("variant", ["mae", "mae_class_token", "mae_learned_positions"])
+def test_encoder_receives_only_the_k_visible_tokens(variant):
+    model, config = _model(**MAE_VARIANTS[variant])
+    patches, visible = _inputs(config)
+    seen = []
+    model.encoder.transformer.register_forward_pre_hook(lambda _, args: seen.append(args[0].shape))
+    model(patches, visible)
+    extra = 1 if config.class_token else 0
+    assert seen == [(4, config.num_visible + extra, config.encoder_width)]
+
+
+@pytest.mark.parametrize("variant", ["mae", "mae_class_token", "mae_learned_positions"])
+def test_encode_is_what_forward_decodes(variant):
+    model, config = _model(**MAE_VARIANTS[variant])
+    patches, visible = _inputs(config)
+    tokens = model.encode(gather_positions(patches, visible), visible)
+    assert tokens.shape == (4, config.num_visible, config.encoder_width)
+    if not config.class_token:  # with a class token, forward also passes it to the decoder
+        assert torch.allclose(model.decode(tokens, visible), model(patches, visible), atol=1e-6)
+
+
+@pytest.mark.parametrize("variant", ["mae", "mae_class_token", "mae_learned_positions"])
+def test_decoder_gets_one_shared_mask_token_at_every_masked_slot(variant):
+    model, config = _model(**MAE_VARIANTS[variant])
+    patches, visible = _inputs(config)
+    seen = []
+    model.decoder.register_forward_pre_hook(lambda _, args: seen.append(args[0]))
+    model(patches, visible)
+    slots = seen[0][:, 1:] if config.class_token else seen[0]  # [B,M,Dd]
+    assert slots.shape == (4, config.num_patches, config.decoder_width)
+    without_positions = slots - model.decoder_positions()
+    masked = _masked(visible, config.num_patches)
+    tokens = without_positions[masked]  # every masked slot of every image
+    assert torch.allclose(tokens, model.mask_token.expand_as(tokens), atol=1e-6)
+    # the visible slots hold the encoded tokens in their original order
+    encoded = model.decoder_embed(model.encode(gather_positions(patches, visible), visible))
+    assert torch.allclose(gather_positions(without_positions, visible), encoded, atol=1e-5)
+
+
+def test_same_visible_values_give_identical_predictions_in_one_batch():
+    # Two images that agree on V but not elsewhere: one mask token per masked slot means the
+    # decoder cannot tell them apart, so all M predictions agree.
+    model, config = _model()
+    patches, visible = _inputs(config, batch=1)
+    twin = torch.rand(1, config.num_patches, config.patch_dim)
+    twin[0, visible[0]] = patches[0, visible[0]]
+    pred = model(torch.cat([patches, twin]), visible.expand(2, -1))
+    assert torch.allclose(pred[0], pred[1], atol=1e-6, rtol=0)
+
+
+def test_positions_matter():
+    model, config = _model()
+    patches, visible = _inputs(config, batch=1)
+    shifted = (visible + 1) % config.num_patches
+    shifted = shifted.sort(dim=1).values
+    values = gather_positions(patches, visible)
+    assert not torch.allclose(model.encode(values, visible), model.encode(values, shifted))
+
+
+def _loss(model, config, patches, visible):
+    if config.objective == "mae":
+        return masked_mse(model(patches, visible), patches, visible).mean()
+    noisy = patches + 0.1 * torch.randn_like(patches) if config.objective == "dae" else patches
+    return ((model(noisy) - patches) ** 2).mean()
+
+
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
+def test_every_parameter_gets_a_finite_gradient(variant):
+    model, config = _model(**ALL_VARIANTS[variant])
+    patches, visible = _inputs(config)
+    _loss(model, config, patches, visible).backward()
+    for name, parameter in model.named_parameters():
+        assert parameter.grad is not None, f"{name} got no gradient"
+        assert bool(torch.isfinite(parameter.grad).all()), name
+    # parameters the method depends on get a non-zero gradient
+    named = dict(model.named_parameters())
+    for name in ("encoder.patch_embed.weight", "decoder_pred.weight", "mask_token",
+                 "encoder_mask_token", "encoder.cls_token", "encoder.positions.table",
+                 "decoder_positions.table", "to_latent.weight", "from_latent.weight"):
+        if name in named:
+            assert float(named[name].grad.abs().sum()) > 0, name
+
+
+def test_autoencoder_sees_every_patch():
+    model, config = _model(objective="ae")
+    patches, visible = _inputs(config)
+    with pytest.raises(ValueError, match="every patch"):
+        model(patches, visible)
+    everything = torch.arange(config.num_patches).expand(4, -1)
+    assert torch.equal(model(patches, everything), model(patches))
+    assert model.latent(patches).shape == (4, config.latent_dim)

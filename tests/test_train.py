@@ -1,0 +1,174 @@
+"""The training procedure: sample (I_t, V_t), ℓ_MAE, gradient, update U_t; schedule; checkpoints."""
+
+import math
+
+import pytest
+import torch
+
+from conftest import tiny_config
+from mae_core import (
+    NonFiniteError,
+    NormDomainError,
+    build_model,
+    corrupt,
+    masked_mse,
+    prepare_data,
+    sample_visible,
+    train,
+)
+from mae_core.train import load_latest_checkpoint, learning_rate
+
+
+# ------------------------------------------------------------------------------ schedule
+
+
+def test_learning_rate_warms_up_linearly_then_follows_a_cosine():
+    lr = [learning_rate(t, peak=1.0, warmup_steps=10, total_steps=110, schedule="cosine") for t in range(110)]
+    assert lr[0] == pytest.approx(0.1) and lr[4] == pytest.approx(0.5) and lr[9] == pytest.approx(1.0)
+    assert lr[10] == pytest.approx(1.0)  # cosine starts at the peak
+    assert lr[60] == pytest.approx(0.5)  # half way through the cosine
+    assert 0 < lr[109] < 1e-3  # ends near 0 ...
+    assert all(a >= b for a, b in zip(lr[10:], lr[11:]))  # ... decreasing after warm-up
+    assert all(v > 0 for v in lr)  # η_t > 0 at every step, as the spec's SGD needs
+
+
+def test_learning_rate_constant_and_no_warmup():
+    assert learning_rate(0, peak=0.3, warmup_steps=0, total_steps=5, schedule="cosine") == pytest.approx(0.3)
+    for t in (0, 2, 4):
+        assert learning_rate(t, peak=0.3, warmup_steps=0, total_steps=5, schedule="constant") == 0.3
+    assert learning_rate(1, peak=0.3, warmup_steps=2, total_steps=5, schedule="constant") == 0.3
+
+
+# ------------------------------------------------------------------------------ procedure
+
+
+@pytest.mark.parametrize("objective", ["mae", "dae"])
+def test_first_step_is_the_spec_update_with_plain_sgd(objective):
+    # J=1 with plain SGD: θ_1 = θ_0 - η_0 ∇L_0, where L_0 is the loss on the replayed draws:
+    # (I_0, V_0) and ℓ_MAE for the MAE; I_0, a corruption of the input and the clean target for the DAE.
+    config = tiny_config(objective=objective, optimizer="sgd", lr=0.1, steps=1, batch_size=4)
+    data = prepare_data(config)
+    torch.manual_seed(config.seed)
+    model = build_model(config)
+    sampler = torch.Generator().manual_seed(config.seed + 1)  # train()'s stream for I_t, V_t, X̃
+    index = torch.randint(data.train_patches.shape[0], (4,), generator=sampler)
+    x = data.train_patches[index]
+    if objective == "mae":
+        visible = sample_visible(4, config.num_patches, config.num_visible, sampler, "random", config.grid)
+        loss = masked_mse(model(x, visible), x, visible).mean()
+    else:
+        noisy = corrupt(x, "gaussian", config.corruption_level, sampler)
+        loss = ((model(noisy) - x) ** 2).mean()  # the target is the clean x
+    loss.backward()
+    result = train(config, data)
+    assert result.history == [(1, pytest.approx(loss.item(), rel=1e-6))]
+    trained = dict(result.model.named_parameters())
+    for name, parameter in model.named_parameters():
+        assert torch.allclose(trained[name], parameter - 0.1 * parameter.grad, atol=1e-6), name
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(batch_size=1),  # the spec's literal loop: one (I_t, V_t) per update
+    dict(objective="ae"),
+    dict(objective="dae"),
+    dict(objective="dae", corruption="masking", corruption_level=0.3),
+    dict(mask_sampling="block"),
+    dict(mask_sampling="grid"),
+    dict(target="norm_eps"),
+    dict(mask_token_in_encoder=True, class_token=True),
+    dict(dataset="shapes", test_limit=4),
+])
+def test_training_runs_and_the_loss_is_finite(overrides):
+    config = tiny_config(steps=4, **overrides)
+    torch.manual_seed(config.seed)  # train() initialises the same way
+    before = build_model(config).state_dict()
+    result = train(config, prepare_data(config))
+    assert result.steps == 4 and [s for s, _ in result.history] == [1, 2, 3, 4]
+    assert all(math.isfinite(v) and v >= 0 for _, v in result.history)
+    after = result.model.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in after)  # it did update
+
+
+def test_norm_target_outside_d_norm_is_refused():
+    config = tiny_config(dataset="shapes", target="norm_eps")
+    data = prepare_data(config)  # accepted for norm_eps ...
+    with pytest.raises(NormDomainError):  # ... but the strict T_norm is undefined on it
+        train(tiny_config(dataset="shapes", target="norm"), data)
+
+
+def test_huge_sgd_step_raises_non_finite_error_naming_the_step():
+    config = tiny_config(optimizer="sgd", lr=1e6, steps=50, schedule="constant", warmup_fraction=0.0)
+    with pytest.raises(NonFiniteError) as err:
+        train(config, prepare_data(config))
+    step = err.value.step
+    assert isinstance(step, int) and 1 <= step < 50  # step 0 starts from a finite θ_0
+    assert f"t={step}" in str(err.value)
+
+
+# ------------------------------------------------------------------------------ checkpoints
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stop_at(step):
+    def on_checkpoint(done, path):
+        if done == step:
+            raise _Stop
+    return on_checkpoint
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(),  # adamw, mae
+    dict(optimizer="sgd", lr=0.05),
+    dict(objective="dae"),  # the corruption draws come from the same sampler
+])
+def test_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path, overrides):
+    config = tiny_config(steps=20, checkpoint_every=10, log_every=3, **overrides)
+    data = prepare_data(config)
+    uninterrupted = train(config, data)
+
+    path = tmp_path / "ckpt.pt"
+    with pytest.raises(_Stop):
+        train(config, data, checkpoint_path=path, on_checkpoint=_stop_at(10))
+    resumed = train(tiny_config(steps=20, checkpoint_every=10, log_every=3, **overrides), data,
+                    checkpoint_path=path)
+
+    assert resumed.resumed_from == 10 and resumed.warnings == []
+    assert torch.load(path, weights_only=True)["step"] == 20
+    a, c = uninterrupted.model.state_dict(), resumed.model.state_dict()
+    assert a.keys() == c.keys()
+    for key in a:
+        assert torch.equal(a[key], c[key]), key
+    assert resumed.history == uninterrupted.history
+
+
+def test_checkpoint_loads_with_weights_only(tmp_path):
+    config = tiny_config(steps=4, checkpoint_every=2)
+    path = tmp_path / "ckpt.pt"
+    result = train(config, prepare_data(config), checkpoint_path=path, checkpoint_extra={"run_id": "abc"})
+    state = torch.load(path, weights_only=True)
+    assert state["step"] == 4 and state["extra"] == {"run_id": "abc"}
+    assert state["config"]["num_visible"] == config.num_visible
+    for key, value in result.model.state_dict().items():
+        assert torch.equal(state["model"][key], value)
+    assert torch.load(path.with_name("ckpt.pt.prev"), weights_only=True)["step"] == 2
+
+
+def test_truncated_checkpoint_falls_back_to_prev(tmp_path):
+    config = tiny_config(steps=4, checkpoint_every=2)
+    path = tmp_path / "ckpt.pt"
+    train(config, prepare_data(config), checkpoint_path=path)
+    blob = path.read_bytes()
+    path.write_bytes(blob[: len(blob) // 2])  # a crash mid-write of a non-atomic copy
+    state, warnings = load_latest_checkpoint(path)
+    assert state is not None and state["step"] == 2
+    assert len(warnings) == 1 and "ckpt.pt" in warnings[0]
+    # train() resumes from the good .prev, says so, and finishes the run
+    result = train(config, prepare_data(config), checkpoint_path=path)
+    assert result.resumed_from == 2 and result.warnings == warnings
+
+
+def test_no_checkpoint_at_all(tmp_path):
+    assert load_latest_checkpoint(tmp_path / "missing.pt") == (None, [])
