@@ -1,0 +1,223 @@
+"""The MLflow store -> one tidy pandas frame (a row per trial), plus axes and loss histories.
+
+A study is a parent run tagged ``study=<name>`` (with ``study_axes``, a JSON list of axis keys,
+and ``grid``, JSON of the axes); its trials are child runs (``mlflow.parentRunId``) whose params
+are the resolved config as strings. Only the newest parent of a study is read, so re-running a
+study replaces its report rather than mixing two grids.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+
+from mae_core.config import Config
+
+
+class ReportError(ValueError):
+    """A report cannot be made (no such study, no runs, unwritable folder): one line."""
+
+
+# The final metrics a trial logs; every one becomes a float column (NaN when a run lacks it).
+RISK_METRICS = ("test_mae_risk", "test_rec_risk", "test_den_risk")
+DOWNSTREAM_METRICS = ("probe_linear_acc", "probe_fewshot_acc", "probe_knn_acc", "finetune_acc",
+                      "partial_finetune_acc")
+REFERENCE_METRICS = ("random_probe_linear_acc", "random_probe_fewshot_acc", "random_probe_knn_acc",
+                     "random_finetune_acc")
+FINAL_METRICS = (*RISK_METRICS, "test_mae_risk_stderr", "test_baseline_risk", *DOWNSTREAM_METRICS,
+                 *REFERENCE_METRICS, "train_loss", "train_seconds", "effective_mask_ratio")
+
+# Params the config derives (Config.resolved()) rather than declares: their types.
+DERIVED_PARAM_TYPES: dict[str, type] = {
+    "num_patches": int, "patch_dim": int, "num_visible": int, "warmup_steps": int,
+    "effective_mask_ratio": float, "actual_lr": float,
+}
+
+_PAGE = 1000  # runs per search request
+
+
+# ------------------------------------------------------------------------------- casting
+
+
+def _field_types(annotation: Any) -> tuple[type, ...]:
+    """The scalar types a Config annotation admits: ``int | None`` -> (int, NoneType);
+    ``Literal["a"]`` -> (str,)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return tuple({type(v) for v in typing.get_args(annotation)})
+    if origin in (typing.Union, types.UnionType):
+        return tuple(t for arg in typing.get_args(annotation) for t in _field_types(arg))
+    return (annotation,)
+
+
+def _guess(text: str) -> Any:
+    """A param outside the config (a study may log extras): int, float, bool or None if it reads
+    as one, else the text."""
+    if text in ("True", "False"):
+        return text == "True"
+    if text == "None":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def cast_param(key: str, text: str) -> Any:
+    """An MLflow param string back to its Python value, using Config's annotations."""
+    if text == "None":
+        return None
+    if key in DERIVED_PARAM_TYPES:
+        return DERIVED_PARAM_TYPES[key](text)
+    field = Config.model_fields.get(key)
+    if field is None:
+        return _guess(text)
+    kinds = _field_types(field.annotation)
+    if bool in kinds and text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):  # int before float: "3" is an int field's 3
+        if kind in kinds:
+            try:
+                return kind(text)
+            except ValueError:
+                continue
+    return text
+
+
+# ------------------------------------------------------------------------------- queries
+
+
+def _client(tracking_uri: str) -> MlflowClient:
+    return MlflowClient(tracking_uri)
+
+
+def _experiment_id(client: MlflowClient, experiment: str, tracking_uri: str) -> str:
+    try:
+        found = client.get_experiment_by_name(experiment)
+    except MlflowException as error:
+        first_line = str(error.message).splitlines()[0] if str(error.message) else type(error).__name__
+        raise ReportError(f"cannot read the MLflow store {tracking_uri}: {first_line}") from None
+    if found is None:
+        raise ReportError(f"no experiment {experiment!r} in {tracking_uri}")
+    return found.experiment_id
+
+
+def _search(client: MlflowClient, experiment_id: str, filter_string: str) -> list[Run]:
+    runs: list[Run] = []
+    token = None
+    while True:
+        page = client.search_runs([experiment_id], filter_string, max_results=_PAGE, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def _study_runs(tracking_uri: str, study: str, experiment: str) -> tuple[Run, list[Run]]:
+    """(newest parent run of ``study``, its child runs)."""
+    client = _client(tracking_uri)
+    experiment_id = _experiment_id(client, experiment, tracking_uri)
+    quoted = study.replace("'", "\\'")
+    tagged = _search(client, experiment_id, f"tags.study = '{quoted}'")
+    parents = [run for run in tagged if MLFLOW_PARENT_RUN_ID not in run.data.tags]
+    if not parents:
+        known = sorted({run.data.tags["study"] for run in _search(client, experiment_id, "")
+                        if "study" in run.data.tags})
+        have = f"; studies there: {', '.join(known)}" if known else "; it holds no studies"
+        raise ReportError(f"no study {study!r} in experiment {experiment!r} at {tracking_uri}{have}")
+    parent = max(parents, key=lambda run: run.info.start_time or 0)
+    children = [run for run in tagged if run.data.tags.get(MLFLOW_PARENT_RUN_ID) == parent.info.run_id]
+    if not children:
+        raise ReportError(f"study {study!r} (run {parent.info.run_id}) has no trial runs in {tracking_uri}")
+    return parent, children
+
+
+def _row(run: Run, study: str) -> dict[str, Any]:
+    tags = run.data.tags
+    row: dict[str, Any] = {
+        "run_id": run.info.run_id,
+        "run_name": tags.get(MLFLOW_RUN_NAME, run.info.run_name),
+        "status": run.info.status,
+        "study": study,
+        "cell_id": tags.get("cell_id"),
+        "failure_reason": tags.get("failure_reason"),
+    }
+    for key, text in run.data.params.items():
+        row[key] = cast_param(key, text)
+    for key, value in run.data.metrics.items():
+        if key in row and row[key] is not None:  # a param logged again as a metric: keep the param
+            continue
+        row[key] = float(value)
+    return row
+
+
+def load_runs(tracking_uri: str, study: str, experiment: str = "mae-study") -> pd.DataFrame:
+    """A row per trial of the newest run of ``study``.
+
+    Columns: ``run_id, run_name, status, study, cell_id, failure_reason``, every param typed as
+    Config declares it (``seed`` int, ``mask_ratio`` float, ``class_token`` bool, None kept),
+    and every metric's last value as float; each of :data:`FINAL_METRICS` is present (NaN when
+    no run logged it). Sorted by the study's axes, then seed.
+    """
+    parent, children = _study_runs(tracking_uri, study, experiment)
+    frame = pd.DataFrame([_row(run, study) for run in children])
+    for metric in FINAL_METRICS:
+        if metric not in frame:
+            frame[metric] = np.nan
+        frame[metric] = pd.to_numeric(frame[metric], errors="coerce").astype(float)
+    if "seed" in frame:  # nullable only if some run died before logging its params
+        seeds = pd.to_numeric(frame["seed"])
+        frame["seed"] = seeds.astype("Int64" if seeds.isna().any() else int)
+    order = [key for key in _axes_of(parent) if key in frame] + (["seed"] if "seed" in frame else [])
+    if order:
+        frame = frame.sort_values(order, kind="stable", na_position="last")
+    return frame.reset_index(drop=True)
+
+
+def _axes_of(parent: Run) -> list[str]:
+    tags = parent.data.tags
+    for key in ("study_axes", "grid"):
+        if key in tags:
+            try:
+                return [axis for axis in json.loads(tags[key]) if axis != "seed"]  # seeds are replicates
+            except (json.JSONDecodeError, TypeError):
+                continue
+    return []
+
+
+def load_study_axes(tracking_uri: str, study: str, experiment: str = "mae-study") -> list[str]:
+    """The axis keys the study varies (the parent's ``study_axes`` tag, else ``grid``'s keys)."""
+    parent, _ = _study_runs(tracking_uri, study, experiment)
+    return _axes_of(parent)
+
+
+def load_study_info(tracking_uri: str, study: str, experiment: str = "mae-study") -> dict[str, Any]:
+    """The parent run's id, name, start time (ms), axes and grid, for a report's header."""
+    parent, _ = _study_runs(tracking_uri, study, experiment)
+    try:
+        grid = json.loads(parent.data.tags.get("grid", "{}"))
+    except json.JSONDecodeError:
+        grid = {}
+    return {"run_id": parent.info.run_id, "run_name": parent.info.run_name,
+            "start_time": parent.info.start_time, "axes": _axes_of(parent), "grid": grid}
+
+
+def load_history(tracking_uri: str, run_ids: list[str], key: str = "train_loss") -> pd.DataFrame:
+    """Every recorded step of metric ``key``: columns ``run_id, step, value``, sorted."""
+    client = _client(tracking_uri)
+    rows = [(run_id, m.step, float(m.value))
+            for run_id in run_ids for m in client.get_metric_history(run_id, key)]
+    history = pd.DataFrame(rows, columns=["run_id", "step", "value"])
+    history["step"] = history["step"].astype(int)
+    return history.sort_values(["run_id", "step"], kind="stable").reset_index(drop=True)

@@ -1,0 +1,394 @@
+"""One study's report: tables, correlations, figures and a self-contained ``index.html``.
+
+Reads only the MLflow store (``analysis.frame``), so a report never needs the Ray results
+folder. Every number is mean ± sd over seeds with n stated; failed cells stay in every table,
+marked with their reason.
+
+Files written to ``out_dir``: ``summary.{csv,md,tex}``, ``correlations.{csv,md}``,
+``fig_<what>.<fmt>`` for each requested format, ``fig_reconstructions_<cell>.png`` when the
+trials logged reconstruction grids, and ``index.html`` (PNGs embedded as data URIs).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from . import figures
+from .frame import (
+    DOWNSTREAM_METRICS,
+    FINAL_METRICS,
+    RISK_METRICS,
+    ReportError,
+    load_history,
+    load_runs,
+    load_study_info,
+)
+from .stats import correlation_reading, plain_name, rank_correlations, summarise
+
+# Metrics in the summary table: every final metric except the ratio (a column of the cell itself).
+TABLE_METRICS = tuple(m for m in FINAL_METRICS if m != "effective_mask_ratio")
+PROBE_PANELS = ("probe_linear_acc", "probe_fewshot_acc", "probe_knn_acc", "partial_finetune_acc")
+# Axes that change what a risk measures, so a correlation across their cells mixes task
+# difficulty with representation quality.
+RISK_CHANGING_AXES = {
+    "mask_ratio": "the number of visible patches k", "target": "the target space",
+    "objective": "which risk is defined", "corruption": "the corruption law",
+    "corruption_level": "the corruption law",
+}
+
+
+@dataclass
+class _Figure:
+    name: str
+    caption: str
+    png: bytes
+
+
+# --------------------------------------------------------------------------------- tables
+
+
+def _fmt(mean: float, std: float) -> str:
+    if mean != mean:  # NaN: nothing finished in this cell
+        return "—"
+    return f"{mean:.4g}" if std != std else f"{mean:.4g} ± {std:.2g}"
+
+
+def _note(row: pd.Series) -> str:
+    notes = []
+    if row["n_failed"]:
+        reason = row.get("failure_reason")
+        notes.append(f"FAILED ×{row['n_failed']}" + (f": {reason}" if isinstance(reason, str) else ""))
+    if row["n_incomplete"]:
+        notes.append(f"not finished ×{row['n_incomplete']} (killed or running)")
+    return "; ".join(notes)
+
+
+def display_table(summary: pd.DataFrame, by: Sequence[str], metrics: Sequence[str]) -> pd.DataFrame:
+    """The summary as text: cell keys, ``n``, ``n_failed``, each metric as ``mean ± sd`` (with
+    its own n when it differs from the cell's), and a ``note`` naming failures."""
+    table = summary[list(by)].astype(object).where(summary[list(by)].notna(), "None")
+    table["n"] = summary["n"]
+    table["n_failed"] = summary["n_failed"]
+    for metric in metrics:
+        cells = []
+        for _, row in summary.iterrows():
+            text = _fmt(row[f"{metric}_mean"], row[f"{metric}_std"])
+            own_n = row[f"{metric}_n"]
+            if own_n and own_n != row["n"]:
+                text += f" (n={own_n})"
+            cells.append(text)
+        table[metric] = cells
+    table["note"] = [_note(row) for _, row in summary.iterrows()]
+    return table
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    """A GitHub-style Markdown table (no tabulate dependency)."""
+    def cell(value) -> str:
+        return str(value).replace("|", "\\|").replace("\n", " ")
+    lines = ["| " + " | ".join(map(cell, table.columns)) + " |",
+             "|" + "|".join("---" for _ in table.columns) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+_LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+                   "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+                   "^": r"\textasciicircum{}", "±": r"$\pm$", "×": r"$\times$", "—": "--",
+                   "–": "--", "ρ": r"$\rho$", "τ": r"$\tau$", "²": r"$^2$"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_SPECIALS.get(ch, ch) for ch in str(text))
+
+
+def latex_table(table: pd.DataFrame, caption: str, label: str) -> str:
+    """A booktabs ``table`` environment (needs ``\\usepackage{booktabs}``)."""
+    align = "".join("r" if pd.api.types.is_numeric_dtype(table[c]) else "l" for c in table.columns)
+    body = [" & ".join(latex_escape(v) for v in row) + r" \\" for row in table.itertuples(index=False)]
+    return "\n".join([
+        r"\begin{table}[t]", r"\centering", r"\small",
+        rf"\begin{{tabular}}{{{align}}}", r"\toprule",
+        " & ".join(latex_escape(c) for c in table.columns) + r" \\", r"\midrule",
+        *body, r"\bottomrule", r"\end{tabular}",
+        rf"\caption{{{latex_escape(caption)}}}", rf"\label{{{label}}}", r"\end{table}", "",
+    ])
+
+
+# ------------------------------------------------------------------------------- helpers
+
+
+def _writable(out_dir: Path) -> Path:
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise ReportError(f"report folder {out} cannot be written: {error.strerror or error}") from None
+    return out
+
+
+def _present(frame: pd.DataFrame, metrics: Sequence[str]) -> list[str]:
+    return [m for m in metrics if m in frame and frame[m].notna().any()]
+
+
+def _primary_risk(frame: pd.DataFrame, risks: Sequence[str]) -> str | None:
+    """The risk logged by the most finished trials (the masked risk wins ties)."""
+    finished = frame[frame["status"] == "FINISHED"]
+    counts = {r: int(finished[r].notna().sum()) for r in risks}
+    best = max(counts.values(), default=0)
+    return next((r for r in risks if counts[r] == best), None) if best else None
+
+
+def _correlation_text(correlations: pd.DataFrame, risk: str, probe: str) -> str:
+    row = correlations[(correlations["risk"] == risk) & (correlations["downstream"] == probe)]
+    if row.empty or math.isnan(row["spearman_rho"].iloc[0]):
+        n = int(row["n"].iloc[0]) if len(row) else 0
+        return f"n = {n}: too few trials for a rank correlation"
+    r = row.iloc[0]
+    return (f"Spearman ρ = {r.spearman_rho:+.2f} [{r.spearman_low:+.2f}, {r.spearman_high:+.2f}]\n"
+            f"Kendall τ = {r.kendall_tau:+.2f} [{r.kendall_low:+.2f}, {r.kendall_high:+.2f}]\n"
+            f"n = {int(r.n)} trials, 95% bootstrap CIs")
+
+
+def _caveat(axes: Sequence[str], risks: Sequence[str]) -> str:
+    changing = [a for a in axes if a in RISK_CHANGING_AXES]
+    if not changing or not risks:
+        return ""
+    what = "; ".join(f"{a} changes {RISK_CHANGING_AXES[a]}" for a in changing)
+    return (f" Caveat: {what}, so these correlations across cells mix how hard the "
+            f"reconstruction task is with how good the representation is.")
+
+
+def _slug(values: dict) -> str:
+    text = "_".join(f"{k}-{v}" for k, v in values.items()) or "all"
+    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in text)
+
+
+# ------------------------------------------------------------------------------- figures
+
+
+def _figure_plan(frame: pd.DataFrame, axes: Sequence[str], correlations: pd.DataFrame,
+                 risks: Sequence[str], history: pd.DataFrame) -> list[tuple[str, str, Callable[[], Figure]]]:
+    """(name, caption, builder) of every figure this study gets; built one at a time later."""
+    axis = axes[0] if axes else None
+    hue = axes[1] if len(axes) > 1 else None
+    plan: list[tuple[str, str, Callable[[], Figure]]] = []
+    if axis:
+        against = f"against {figures.axis_label(axis)}"
+        second = "fine-tuning" if _present(frame, ["finetune_acc"]) else "kNN accuracy"
+        plan.append(("probe_and_finetune",
+                     f"Linear probing and {second} {against} (MAE Figure 5); dashed grey: the same "
+                     f"evaluation of a randomly initialised model.",
+                     lambda: figures.probe_and_finetune(frame, axis, hue=hue)))
+        if risks:
+            plan.append(("risks", f"Test risks {against}; dashed grey: the mean-pixel baseline.",
+                         lambda: figures.metric_vs_axis(frame, axis, list(risks), hue=hue)))
+        probes = _present(frame, PROBE_PANELS)
+        if probes:
+            plan.append(("probes", f"Every probe {against}; dashed grey: random init.",
+                         lambda: figures.metric_vs_axis(frame, axis, probes, hue=hue)))
+    if "objective" in axes:
+        plan.append(("objectives", "Downstream accuracy by objective and of a random-init encoder; "
+                     "bars are means, whiskers ± sd over seeds.",
+                     lambda: figures.objectives_comparison(frame)))
+    primary = _primary_risk(frame, risks)
+    if primary and _present(frame, ["probe_linear_acc"]):
+        text = _correlation_text(correlations, primary, "probe_linear_acc")
+        plan.append(("risk_vs_probe", f"{plain_name(primary).capitalize()} against linear-probe "
+                     f"accuracy, one point per finished trial.",
+                     lambda: figures.risk_vs_probe(frame, primary, "probe_linear_acc", text, hue=axis)))
+    if len(history):
+        plan.append(("training_curves", "Training loss (mean over each logging interval) per "
+                     "update, mean ± sd over seeds.",
+                     lambda: figures.training_curves(history, frame, hue=axis)))
+    return plan
+
+
+def _make_figures(frame: pd.DataFrame, axes: Sequence[str], tracking_uri: str,
+                  correlations: pd.DataFrame, risks: Sequence[str], out: Path,
+                  formats: Sequence[str]) -> list[_Figure]:
+    """Save every planned figure in ``formats``; keep its PNG for the page."""
+    if not (frame["status"] == "FINISHED").any():
+        return []  # nothing to plot; the tables say why
+    history = load_history(tracking_uri, frame["run_id"].tolist(), "train_loss")
+    made = []
+    for name, caption, build in _figure_plan(frame, axes, correlations, risks, history):
+        fig = build()
+        paths = figures.save_figure(fig, out, name, formats)
+        png = next((p.read_bytes() for p in paths if p.suffix == ".png"), None)  # render once
+        made.append(_Figure(name, caption, png or figures.png_bytes(fig)))
+        figures.close(fig)
+    return made
+
+
+def _reconstructions(frame: pd.DataFrame, axes: Sequence[str], tracking_uri: str, out: Path) -> list[_Figure]:
+    """The ``reconstructions.png`` each trial logged, for the lowest-seed finished run of each
+    cell (copied as ``fig_reconstructions_<cell>.png``); cells without one are skipped."""
+    finished = frame[frame["status"] == "FINISHED"]
+    finished = finished.sort_values("seed", kind="stable") if "seed" in finished else finished
+    if finished.empty:
+        return []
+    client = MlflowClient(tracking_uri)
+    shown = []
+    first = finished.groupby(list(axes), dropna=False, sort=True).head(1) if axes else finished.head(1)
+    for _, row in first.iterrows():
+        cell = {a: row[a] for a in axes}
+        try:
+            local = client.download_artifacts(row["run_id"], "reconstructions.png", str(out))
+        except (MlflowException, OSError):
+            continue
+        target = out / f"fig_reconstructions_{_slug(cell)}.png"
+        Path(local).replace(target)
+        label = ", ".join(f"{k}={v}" for k, v in cell.items()) or "all"
+        shown.append(_Figure(target.stem, f"Reconstructions, {label} (seed {row.get('seed', '?')}): "
+                             f"original, encoder input, reconstruction.", target.read_bytes()))
+    return shown
+
+
+# ---------------------------------------------------------------------------------- html
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1100px;margin:2em auto;
+padding:0 1em;color:#222;line-height:1.45}
+h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #ddd}
+.meta{color:#555;font-size:.9em}code{background:#f4f4f4;padding:0 .25em;border-radius:3px}
+.scroll{overflow-x:auto}table{border-collapse:collapse;font-size:.82em;margin:.6em 0}
+th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right;white-space:nowrap}
+th{background:#f2f2f2}td:last-child{text-align:left;white-space:normal}
+.failed{background:#fff1f0;border-left:4px solid #d4380d;padding:.4em .8em}
+figure{margin:1.2em 0}figure img{max-width:100%;height:auto}figcaption{font-size:.88em;color:#444}
+"""
+
+
+def _html_table(table: pd.DataFrame) -> str:
+    return '<div class="scroll">' + table.to_html(index=False, border=0, na_rep="—", escape=True) + "</div>"
+
+
+def _html(study: str, info: dict, frame: pd.DataFrame, tracking_uri: str, experiment: str,
+          display: pd.DataFrame, correlations: pd.DataFrame, reading: str,
+          figs: list[_Figure], recons: list[_Figure], files: list[str]) -> str:
+    e = html.escape
+    counts = frame["status"].value_counts()
+    status_text = ", ".join(f"{int(v)} {k.lower()}" for k, v in counts.items())
+    started = (datetime.fromtimestamp(info["start_time"] / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+               if info.get("start_time") else "unknown")
+    failed_html = ""
+    for _, row in display[display["note"] != ""].iterrows():
+        cell = ", ".join(f"{a}={row[a]}" for a in info["axes"]) or study
+        failed_html += f"<p class='failed'>{e(cell)}: {e(row['note'])}</p>"
+    corr = correlations.round(3)
+    grid = json.dumps(info.get("grid") or {}, default=str)
+
+    def figure_html(fig: _Figure) -> str:
+        data = base64.b64encode(fig.png).decode("ascii")
+        return (f'<figure id="{e(fig.name)}"><img src="data:image/png;base64,{data}" alt="{e(fig.name)}">'
+                f"<figcaption><code>{e(fig.name)}</code>: {e(fig.caption)}</figcaption></figure>")
+
+    parts = [
+        "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>mae-study report: {e(study)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>Study <code>{e(study)}</code></h1>",
+        f"<p class='meta'>{len(frame)} trials ({e(status_text)}) · axes: "
+        f"{e(', '.join(info['axes']) or 'none')} · grid: <code>{e(grid)}</code><br>"
+        f"study run {e(info['run_id'])} started {e(started)} · report generated "
+        f"{e(datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))}<br>"
+        f"tracking URI <code>{e(tracking_uri)}</code> · experiment <code>{e(experiment)}</code></p>",
+        "<h2>Summary by cell</h2>",
+        "<p>Mean ± sd over seeds (sample sd, ddof=1); <code>n</code> counts finished runs, "
+        "<code>n_failed</code> failed ones; a metric computed on fewer runs states its own n. "
+        "Risks are in target units² (pixel² for raw targets); lower is better. Accuracies are on "
+        "the test split; higher is better; <code>random_*</code> columns are the same "
+        "evaluation of a freshly initialised model.</p>",
+        failed_html, _html_table(display),
+        "<h2>Does lower risk mean a better representation?</h2>", f"<p>{e(reading)}</p>",
+        _html_table(corr) if len(corr) else "<p>No risk and downstream metric were both logged.</p>",
+        "<h2>Figures</h2>",
+        *(map(figure_html, figs) if figs else ["<p>No finished trials, so no figures.</p>"]),
+    ]
+    if recons:
+        parts += ["<h2>Reconstructions</h2>", *map(figure_html, recons)]
+    parts += ["<h2>Files</h2><p class='meta'>" + " · ".join(f"<code>{e(f)}</code>" for f in files) + "</p>",
+              "</body></html>", ""]
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------------- entry
+
+
+def _write_tables(frame: pd.DataFrame, study: str, by: list[str], out: Path) -> tuple[pd.DataFrame, list[Path]]:
+    """``summary.{csv,md,tex}``: the numeric summary (csv) and its ``mean ± sd`` text (md, tex)."""
+    metrics = _present(frame, TABLE_METRICS)
+    summary = summarise(frame, by, metrics)
+    display = display_table(summary, by or ["study"], metrics)
+    caption = (f"Study {study}: mean ± sd over seeds, n finished runs per cell "
+               f"({len(frame)} trials); failed cells are marked in the note column.")
+    paths = [out / "summary.csv", out / "summary.md", out / "summary.tex"]
+    summary.to_csv(paths[0], index=False)
+    paths[1].write_text(f"# {study}: summary by cell\n\n{caption}\n\n{markdown_table(display)}",
+                        encoding="utf-8")
+    paths[2].write_text(latex_table(display, caption, f"tab:{study}"), encoding="utf-8")
+    return display, paths
+
+
+def _write_correlations(frame: pd.DataFrame, study: str, axes: list[str],
+                        out: Path) -> tuple[pd.DataFrame, str, list[str], list[Path]]:
+    """``correlations.{csv,md}``: every (risk, downstream) pair and the paragraph reading them."""
+    finished = frame[frame["status"] == "FINISHED"]
+    risks = _present(finished, RISK_METRICS)
+    correlations = rank_correlations(frame, risks, _present(finished, DOWNSTREAM_METRICS))
+    if len(correlations):
+        reading = correlation_reading(correlations) + _caveat(axes, risks)
+        table = markdown_table(correlations.round(3))
+    else:
+        reading, table = "No risk and downstream metric were both logged, so no correlation is reported.", ""
+    paths = [out / "correlations.csv", out / "correlations.md"]
+    correlations.to_csv(paths[0], index=False)
+    paths[1].write_text(f"# {study}: rank correlations, risk vs downstream\n\n{reading}\n\n{table}",
+                        encoding="utf-8")
+    return correlations, reading, risks, paths
+
+
+def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Sequence[str] = ("png", "pdf"),
+                 experiment: str = "mae-study") -> Path:
+    """Write the report of ``study`` into ``out_dir``; return the path of ``index.html``.
+
+    Raises :class:`~analysis.frame.ReportError` (one line) when the study has no runs, a
+    format is unknown, or ``out_dir`` cannot be written.
+    """
+    unknown = [f for f in formats if f not in figures.FORMATS]
+    if unknown:
+        raise ReportError(f"figure format {unknown[0]!r} is not one of {', '.join(figures.FORMATS)}")
+    frame = load_runs(tracking_uri, study, experiment)
+    info = load_study_info(tracking_uri, study, experiment)
+    out = _writable(out_dir)
+    axes = [a for a in info["axes"] if a in frame]
+    info["axes"] = axes
+    # the effective ratio is a property of the cell: show it beside the nominal one
+    by = axes + (["effective_mask_ratio"] if "mask_ratio" in axes and "effective_mask_ratio" in frame else [])
+
+    display, table_paths = _write_tables(frame, study, by, out)
+    correlations, reading, risks, correlation_paths = _write_correlations(frame, study, axes, out)
+    figs = _make_figures(frame, axes, tracking_uri, correlations, risks, out, formats)
+    recons = _reconstructions(frame, axes, tracking_uri, out)
+    files = [p.name for p in table_paths + correlation_paths]
+    files += [f"fig_{f.name}.{fmt}" for f in figs for fmt in formats] + [f"{f.name}.png" for f in recons]
+    index = out / "index.html"
+    index.write_text(_html(study, info, frame, tracking_uri, experiment, display, correlations,
+                           reading, figs, recons, files + [index.name]), encoding="utf-8")
+    return index

@@ -1,0 +1,271 @@
+"""The report from a hand-made MLflow store: frame, tables, figures, index.html, errors.
+
+The store mirrors what a study writes (a parent run tagged with the study and its axes, a child
+run per trial with the resolved config as params), so no training is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+from analysis import figures
+from analysis.frame import ReportError, cast_param, load_history, load_runs, load_study_axes
+from analysis.report import write_report
+from mae_core import Config
+
+RATIOS = (0.25, 0.5, 0.75)
+SEEDS = (0, 1)
+FAILED_CELL = (0.75, 1)
+REASON = "non-finite loss at step t=3 (lr=0.001)"
+
+
+def _metrics(ratio: float, seed: int) -> dict[str, float]:
+    """Made-up final metrics: risk rises with the ratio, the probe falls with the risk."""
+    risk = 0.02 + 0.04 * ratio + 0.001 * seed
+    return {
+        "test_mae_risk": risk, "test_mae_risk_stderr": 0.001, "test_baseline_risk": 0.12,
+        "test_rec_risk": risk / 2, "probe_linear_acc": 0.95 - 2 * risk, "probe_fewshot_acc": 0.6 + 0.01 * seed,
+        "probe_knn_acc": 0.7 - ratio / 10, "random_probe_linear_acc": 0.88,
+        "random_probe_fewshot_acc": 0.55, "random_probe_knn_acc": 0.6, "train_seconds": 3.0 + seed,
+        "effective_mask_ratio": Config(mask_ratio=ratio).effective_mask_ratio,
+    }
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> str:
+    folder = tmp_path_factory.mktemp("store")
+    uri = f"sqlite:///{folder}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("mae-study", artifact_location=str(folder / "artifacts"))
+    parent = client.create_run(experiment, run_name="mask_ratio", tags={
+        "study": "mask_ratio", "study_axes": json.dumps(["mask_ratio"]),
+        "grid": json.dumps({"mask_ratio": list(RATIOS)})}).info.run_id
+    for ratio in RATIOS:
+        for seed in SEEDS:
+            run = client.create_run(experiment, run_name=f"r{ratio}-s{seed}", tags={
+                "study": "mask_ratio", "cell_id": f"cell{ratio}", "mlflow.parentRunId": parent}).info.run_id
+            params = [Param(k, str(v)) for k, v in Config(mask_ratio=ratio, seed=seed).resolved().items()]
+            history = [Metric("train_loss", 0.2 / step + ratio / 10, 0, step) for step in (10, 20, 30)]
+            if (ratio, seed) == FAILED_CELL:
+                client.log_batch(run, metrics=history[:1], params=params, tags=[RunTag("failure_reason", REASON)])
+                client.set_terminated(run, "FAILED")
+                continue
+            finals = [Metric(k, v, 0, 30) for k, v in _metrics(ratio, seed).items()]
+            client.log_batch(run, metrics=history + finals, params=params)
+            client.set_terminated(run, "FINISHED")
+    client.set_terminated(parent, "FINISHED")
+    _all_failed_study(client, experiment)
+    return uri
+
+
+def _all_failed_study(client: MlflowClient, experiment: str) -> None:
+    """A second study whose every trial diverged: its report must still say so."""
+    parent = client.create_run(experiment, tags={"study": "decoder_depth",
+                                                 "study_axes": json.dumps(["decoder_depth"])}).info.run_id
+    for depth in (1, 2):
+        run = client.create_run(experiment, tags={"study": "decoder_depth", "mlflow.parentRunId": parent}).info.run_id
+        params = [Param(k, str(v)) for k, v in Config(decoder_depth=depth).resolved().items()]
+        client.log_batch(run, metrics=[Metric("train_loss", 1.0, 0, 10)], params=params,
+                         tags=[RunTag("failure_reason", REASON)])
+        client.set_terminated(run, "FAILED")
+
+
+@pytest.fixture(scope="module")
+def frame(store) -> pd.DataFrame:
+    return load_runs(store, "mask_ratio")
+
+
+@pytest.fixture(scope="module")
+def report(store, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    return write_report("mask_ratio", store, out, formats=("png", "pdf"))
+
+
+# ------------------------------------------------------------------------------ the frame
+
+
+def test_frame_has_one_typed_row_per_trial(frame):
+    assert len(frame) == len(RATIOS) * len(SEEDS)
+    assert sorted(frame["status"].unique()) == ["FAILED", "FINISHED"]
+    assert frame["seed"].dtype.kind == "i"
+    assert frame["mask_ratio"].dtype.kind == "f" and frame["num_visible"].dtype.kind == "i"
+    assert frame["class_token"].map(type).eq(bool).all()
+    assert frame["train_limit"].isna().all()  # "None" came back as None
+    failed = frame[frame["status"] == "FAILED"].iloc[0]
+    assert failed["failure_reason"] == REASON and math.isnan(failed["probe_linear_acc"])
+    assert frame["finetune_acc"].isna().all()  # an expected metric nobody logged is NaN, not absent
+
+
+@pytest.mark.parametrize("key, text, value", [
+    ("mask_ratio", "0.75", 0.75), ("steps", "1000", 1000), ("train_limit", "None", None),
+    ("mask_token_in_encoder", "False", False), ("target", "raw", "raw"), ("num_visible", "4", 4),
+    ("actual_lr", "0.001", 0.001), ("not_a_config_key", "7", 7),
+])
+def test_params_cast_back_to_their_config_types(key, text, value):
+    cast = cast_param(key, text)
+    assert cast == value and type(cast) is type(value)
+
+
+def test_axes_and_history(store, frame):
+    assert load_study_axes(store, "mask_ratio") == ["mask_ratio"]
+    history = load_history(store, frame["run_id"].tolist())
+    assert list(history.columns) == ["run_id", "step", "value"]
+    assert len(history) == 5 * 3 + 1  # the failed run logged one step
+
+
+def test_unknown_study_or_experiment_is_one_line_error(store, tmp_path):
+    with pytest.raises(ReportError, match="no study 'nope'.*studies there: decoder_depth, mask_ratio"):
+        load_runs(store, "nope")
+    with pytest.raises(ReportError, match="no experiment"):
+        load_runs(store, "mask_ratio", experiment="other")
+    with pytest.raises(ReportError) as error:
+        write_report("nope", store, tmp_path / "out")
+    assert "\n" not in str(error.value)
+
+
+def test_a_study_whose_every_trial_failed_still_reports(store, tmp_path):
+    index = write_report("decoder_depth", store, tmp_path / "failed", formats=("png",))
+    page = index.read_text(encoding="utf-8")
+    assert page.count("FAILED ×1") >= 2 and "2 failed" in page
+    summary = pd.read_csv(index.parent / "summary.csv")
+    assert list(summary["n"]) == [0, 0] and list(summary["n_failed"]) == [1, 1]
+
+
+def test_unwritable_out_dir_names_the_path(store, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ReportError, match=str(blocker / "sub")):
+        write_report("mask_ratio", store, blocker / "sub")
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def test_report_writes_every_file(report):
+    out = report.parent
+    names = {p.name for p in out.iterdir()}
+    expected = {"index.html", "summary.csv", "summary.md", "summary.tex", "correlations.csv", "correlations.md"}
+    for fig in ("probe_and_finetune", "risks", "probes", "risk_vs_probe", "training_curves"):
+        expected |= {f"fig_{fig}.{fmt}" for fmt in ("png", "pdf")}
+    assert expected <= names
+    assert not any(name.startswith("fig_objectives") for name in names)  # only for objective studies
+
+
+def test_summary_marks_the_failed_cell(report):
+    out = report.parent
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary["mask_ratio"]) == list(RATIOS)
+    row = summary.set_index("mask_ratio").loc[0.75]
+    assert (row["n"], row["n_failed"]) == (1, 1)
+    assert summary.set_index("mask_ratio").loc[0.25, "probe_linear_acc_n"] == 2
+    expected = np.mean([_metrics(0.25, s)["probe_linear_acc"] for s in SEEDS])
+    assert summary.set_index("mask_ratio").loc[0.25, "probe_linear_acc_mean"] == pytest.approx(expected)
+    markdown = (out / "summary.md").read_text(encoding="utf-8")
+    assert "FAILED ×1" in markdown and REASON in markdown and " ± " in markdown
+    latex = (out / "summary.tex").read_text(encoding="utf-8")
+    assert r"\toprule" in latex and r"\bottomrule" in latex and r"$\pm$" in latex and r"mask\_ratio" in latex
+
+
+def test_index_is_self_contained(report):
+    page = report.read_text(encoding="utf-8")
+    assert "<table" in page and "probe_linear_acc" in page and "FAILED ×1" in page
+    assert page.count('<img src="data:image/png;base64,') == 5
+    assert "mask_ratio" in page and "6 trials" in page and "sqlite:///" in page
+    assert "http://" not in page and "https://" not in page and "<script" not in page
+    assert "Spearman" in (report.parent / "correlations.md").read_text(encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------ figures
+
+
+def test_metric_vs_axis_has_one_point_per_ratio(frame):
+    fig = figures.metric_vs_axis(frame, "mask_ratio", ["test_mae_risk", "probe_linear_acc"])
+    try:
+        for ax in fig.axes:
+            assert len(ax.lines[0].get_xdata()) == len(RATIOS)
+            assert len(ax.collections) == 1  # the ±sd band
+            assert "mask ratio" in ax.get_xlabel()
+        assert fig.axes[0].get_ylabel() == "masked MSE (pixel² units)"
+        assert fig.axes[1].get_ylabel() == "linear probe accuracy (test split)"
+        # x is the effective ratio (M-k)/M, not the nominal one
+        assert list(fig.axes[0].lines[0].get_xdata()) == sorted(frame["effective_mask_ratio"].unique())
+    finally:
+        figures.close(fig)
+
+
+def test_categorical_axis_is_a_point_plot(frame):
+    data = frame.assign(decoder_depth=frame["mask_ratio"].map({0.25: 1, 0.5: 2, 0.75: 4}))
+    fig = figures.metric_vs_axis(data, "decoder_depth", ["probe_knn_acc"])
+    try:
+        ax = fig.axes[0]
+        assert len(ax.lines[0].get_xdata()) == 3
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4"]
+    finally:
+        figures.close(fig)
+
+
+def test_probe_and_finetune_uses_knn_without_finetuning(frame):
+    fig = figures.probe_and_finetune(frame, "mask_ratio")
+    try:
+        assert [ax.get_ylabel() for ax in fig.axes] == ["linear probe accuracy (test split)",
+                                                        "kNN accuracy (test split)"]
+        with_ft = frame.assign(finetune_acc=frame["probe_linear_acc"] + 0.02)
+        figures.close(fig)
+        fig = figures.probe_and_finetune(with_ft, "mask_ratio")
+        assert fig.axes[1].get_ylabel() == "fine-tuning accuracy (test split)"
+    finally:
+        figures.close(fig)
+
+
+def test_risk_vs_probe_has_a_point_per_finished_trial(frame):
+    fig = figures.risk_vs_probe(frame, "test_mae_risk", "probe_linear_acc", "Spearman ρ = -1.00", hue="mask_ratio")
+    try:
+        ax = fig.axes[0]
+        assert len(ax.collections[0].get_offsets()) == 5
+        assert any("Spearman" in t.get_text() for t in ax.texts)
+    finally:
+        figures.close(fig)
+
+
+def test_training_curves_one_line_per_cell(store, frame):
+    history = load_history(store, frame["run_id"].tolist())
+    fig = figures.training_curves(history, frame, hue="mask_ratio")
+    try:
+        ax = fig.axes[0]
+        assert len([line for line in ax.lines if len(line.get_xdata()) == 3]) == len(RATIOS)
+        assert ax.get_yscale() == "log"
+    finally:
+        figures.close(fig)
+
+
+def test_objectives_comparison_bars(frame):
+    objectives = frame[frame["status"] == "FINISHED"].head(3).assign(objective=["ae", "dae", "mae"])
+    fig = figures.objectives_comparison(objectives)
+    try:
+        ax = fig.axes[0]
+        # 3 probes × (3 objectives + random init)
+        assert len([p for p in ax.patches if p.get_height() > 0]) == 3 * 4
+        assert ax.get_ylabel() == "accuracy (test split)"
+    finally:
+        figures.close(fig)
+
+
+def test_save_figure_names_and_formats(frame, tmp_path):
+    fig = figures.metric_vs_axis(frame, "mask_ratio", ["probe_knn_acc"])
+    try:
+        paths = figures.save_figure(fig, tmp_path, "knn", ("png", "svg"))
+        assert [p.name for p in paths] == ["fig_knn.png", "fig_knn.svg"]
+        first = paths[1].read_bytes()
+        figures.save_figure(fig, tmp_path, "knn", ("svg",))
+        assert paths[1].read_bytes() == first  # no timestamps: same figure, same file
+        with pytest.raises(ValueError, match="jpg"):
+            figures.save_figure(fig, tmp_path, "knn", ("jpg",))
+    finally:
+        figures.close(fig)
