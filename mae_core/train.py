@@ -107,7 +107,7 @@ def build_optimizer(model: nn.Module, config: Config) -> torch.optim.Optimizer:
         (no_decay if skip else decay).append(parameter)
     groups = [{"params": decay, "weight_decay": config.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=config.actual_lr, betas=(0.9, 0.95), foreach=True)
+    return torch.optim.AdamW(groups, lr=config.actual_lr, betas=(0.9, 0.95), fused=True)
 
 
 def resolve_device(choice: str) -> torch.device:

@@ -89,6 +89,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+    from analysis.probes import probe_metrics
+
     from .trial import run_trial, trial_run_name
 
     console = Console(stderr=True)
@@ -106,6 +108,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                 config, data, tracking_uri=tracking_uri, experiment=args.experiment, run_name=run_name,
                 checkpoint_path=out / "checkpoints" / f"{run_name}.pt" if args.resume else None,
                 on_progress=lambda step, m: progress.update(task, completed=step, loss=f"{m['train_loss']:.4f}"),
+                evaluate=probe_metrics,
             )
         except NonFiniteError as error:
             _fail(str(error), status=1)
@@ -190,6 +193,21 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    import json
+
+    from benchmarks.bench import run_benchmarks, write_results
+
+    results = run_benchmarks(quick=args.quick)
+    json_path, md_path = write_results(results)
+    if args.json:
+        print(json.dumps(results, default=str))
+    else:
+        print(md_path.read_text())
+        print(f"written: {json_path} and {md_path}")
+    return 0
+
+
 def _default_uri(folder: Path) -> str:
     from .tracking import default_tracking_uri
 
@@ -234,6 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--experiment", default="mae-study", help="MLflow experiment name")
     run.add_argument("overrides", nargs="*", metavar="key=value", help="config keys; seeds=0,1,2")
     run.set_defaults(handler=cmd_run)
+
+    bench = commands.add_parser("bench", help="speed measurements against a peer, as ratios")
+    bench.add_argument("--quick", action="store_true", help="fewer rounds and images")
+    bench.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    bench.set_defaults(handler=cmd_bench)
 
     listing = commands.add_parser("list", help="the built-in studies")
     listing.set_defaults(handler=cmd_list)

@@ -1,0 +1,191 @@
+"""Side-by-side speed measurements, reported as ratios against a peer measured in the same run.
+
+1. Training step (forward + backward + AdamW) of our MAE against ``transformers``'
+   ``ViTMAEForPreTraining`` on an identical model; images/s, achieved FLOP/s and the fraction
+   of this machine's own fp32 matmul peak. The two alternate (A B A B ...); medians reported.
+2. Visible-only encoder against MAE Table 1c's mask-token-in-encoder variant (ρ = 0.75,
+   decoder depth 1): the MAE paper reports 2.8×-4.1× wall-clock (Table 2).
+3. Exact empirical risk: (image, mask) pairs per second over all C(16,4)=1,820 masks of digits.
+
+Nothing here asserts a time; ``mae-study bench`` prints a table and writes JSON and Markdown.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from mae_core.config import Config
+from mae_core.masking import sample_visible
+from mae_core.models import build_model
+from mae_core.objectives import empirical_mae_risk, masked_mse
+from mae_core.targets import apply_target
+from mae_core.train import build_optimizer, prepare_data
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+# The issue's reference model: image 32×32×3, patch 4 (M=64, q=48), ViT 192×6 (3 heads, MLP 768),
+# decoder 128×2 (4 heads, MLP 512), ρ=0.75, normalised-pixel target, batch 128, fp32.
+STEP_MODEL = dict(dataset="photos", patch_size=4, encoder_width=192, encoder_depth=6, encoder_heads=3,
+                  decoder_width=128, decoder_depth=2, decoder_heads=4, mlp_ratio=4.0,
+                  mask_ratio=0.75, target="norm_eps", batch_size=128, device="cpu")
+
+
+def matmul_peak_gflops(size: int = 2048, repeats: int = 10) -> float:
+    """This machine's fp32 matrix-multiply rate, measured now (best of ``repeats``)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b
+    best = min(_seconds(lambda: a @ b) for _ in range(repeats))
+    return 2 * size ** 3 / best / 1e9
+
+
+def _seconds(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _alternate(steps: dict[str, Callable[[], None]], rounds: int, warmup: int = 3) -> dict[str, float]:
+    """Median seconds per call of each step, run in alternation (A B A B ...)."""
+    for fn in steps.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, fn in steps.items():
+            times[name].append(_seconds(fn))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def _flops(fn: Callable[[], None]) -> int:
+    counter = FlopCounterMode(display=False)
+    with counter:
+        fn()
+    return counter.get_total_flops()
+
+
+def our_step(config: Config, images: torch.Tensor) -> Callable[[], None]:
+    from mae_core.patches import patchify
+
+    torch.manual_seed(0)
+    model = build_model(config)
+    optimizer = build_optimizer(model, config)
+    patches = patchify(images, config.resolved_patch_size)
+    target = apply_target(patches, config.target)
+    generator = torch.Generator().manual_seed(0)
+
+    def step() -> None:
+        visible = sample_visible(len(patches), config.num_patches, config.num_visible, generator)
+        loss = masked_mse(model(patches, visible), target, visible).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def peer_step(config: Config, images: torch.Tensor) -> Callable[[], None]:
+    from transformers import ViTMAEConfig, ViTMAEForPreTraining
+
+    torch.manual_seed(0)
+    peer = ViTMAEForPreTraining(ViTMAEConfig(
+        image_size=images.shape[-1], patch_size=config.resolved_patch_size, num_channels=images.shape[1],
+        hidden_size=config.encoder_width, num_hidden_layers=config.encoder_depth,
+        num_attention_heads=config.encoder_heads, intermediate_size=int(config.encoder_width * config.mlp_ratio),
+        decoder_hidden_size=config.decoder_width, decoder_num_hidden_layers=config.decoder_depth,
+        decoder_num_attention_heads=config.decoder_heads,
+        decoder_intermediate_size=int(config.decoder_width * config.mlp_ratio),
+        mask_ratio=config.mask_ratio, norm_pix_loss=config.target != "raw",
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, attn_implementation="sdpa",
+    ))
+    optimizer = torch.optim.AdamW(peer.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)
+
+    def step() -> None:
+        loss = peer(pixel_values=images).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def bench_training_step(peak: float, rounds: int) -> dict[str, float]:
+    config = Config(**STEP_MODEL)
+    images = prepare_data(config.with_updates(train_limit=config.batch_size)).train_patches
+    from mae_core.patches import unpatchify
+
+    images = unpatchify(images, config.resolved_patch_size, config.image_shape)
+    ours, peer = our_step(config, images), peer_step(config, images)
+    flops = _flops(ours)
+    seconds = _alternate({"ours": ours, "peer": peer}, rounds)
+    batch = config.batch_size
+    return {
+        "ours_images_per_s": batch / seconds["ours"], "peer_images_per_s": batch / seconds["peer"],
+        "step_speedup_vs_peer": seconds["peer"] / seconds["ours"],
+        "step_gflops": flops / seconds["ours"] / 1e9,
+        "step_peak_fraction": flops / seconds["ours"] / 1e9 / peak,
+    }
+
+
+def bench_visible_only(rounds: int) -> dict[str, float]:
+    config = Config(**{**STEP_MODEL, "decoder_depth": 1})
+    images = torch.rand(config.batch_size, *config.image_shape)
+    visible_only = our_step(config, images)
+    with_tokens = our_step(config.with_updates(mask_token_in_encoder=True), images)
+    seconds = _alternate({"visible_only": visible_only, "mask_token_in_encoder": with_tokens}, rounds)
+    return {"visible_only_step_s": seconds["visible_only"],
+            "mask_token_in_encoder_step_s": seconds["mask_token_in_encoder"],
+            "visible_only_speedup": seconds["mask_token_in_encoder"] / seconds["visible_only"]}
+
+
+def bench_exact_risk(peak: float, num_images: int) -> dict[str, float]:
+    config = Config(dataset="digits")
+    data = prepare_data(config)
+    torch.manual_seed(0)
+    model = build_model(config).eval()
+    patches = data.train_patches[:num_images]
+    pairs = num_images * config.num_visible_sets
+    pair_flops = _flops(lambda: empirical_mae_risk(model, patches[:1], config.num_visible)) / config.num_visible_sets
+    seconds = _seconds(lambda: empirical_mae_risk(model, patches, config.num_visible))
+    return {"exact_risk_images": num_images, "exact_risk_pairs_per_s": pairs / seconds,
+            "exact_risk_seconds": seconds,
+            "exact_risk_peak_fraction": pair_flops * pairs / seconds / 1e9 / peak}
+
+
+def run_benchmarks(quick: bool = False) -> dict[str, Any]:
+    torch.manual_seed(0)
+    peak = matmul_peak_gflops()
+    rounds = 5 if quick else 15
+    results: dict[str, Any] = {
+        "peak_gflops": peak, "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "machine": platform.processor() or platform.machine(), "quick": quick,
+    }
+    try:
+        results.update(bench_training_step(peak, rounds))
+    except ImportError:
+        results.update(step_speedup_vs_peer=None, step_peak_fraction=None,
+                       peer_missing="pip install -e '.[bench]' (transformers)")
+    results.update(bench_visible_only(rounds))
+    results.update(bench_exact_risk(peak, 50 if quick else 500))
+    results["sweep_efficiency"] = None  # measured by benchmarks/sweep.py
+    return results
+
+
+def write_results(results: dict[str, Any], folder: Path = RESULTS) -> tuple[Path, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = "bench_quick" if results.get("quick") else "bench"
+    json_path = folder / f"{stem}.json"
+    json_path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    rows = "\n".join(f"| `{k}` | {v:.4g} |" if isinstance(v, float) else f"| `{k}` | {v} |"
+                     for k, v in results.items())
+    md_path = folder / f"{stem}.md"
+    md_path.write_text(f"# mae-study bench\n\n| measure | value |\n| --- | --- |\n{rows}\n")
+    return json_path, md_path
