@@ -160,7 +160,7 @@ def bench_exact_risk(peak: float, num_images: int) -> dict[str, float]:
             "exact_risk_peak_fraction": pair_flops * pairs / seconds / 1e9 / peak}
 
 
-def run_benchmarks(quick: bool = False) -> dict[str, Any]:
+def run_benchmarks(quick: bool = False, sweep: bool = True) -> dict[str, Any]:
     torch.manual_seed(0)
     peak = matmul_peak_gflops()
     rounds = 5 if quick else 15
@@ -175,7 +175,11 @@ def run_benchmarks(quick: bool = False) -> dict[str, Any]:
                        peer_missing="pip install -e '.[bench]' (transformers)")
     results.update(bench_visible_only(rounds))
     results.update(bench_exact_risk(peak, 50 if quick else 500))
-    results["sweep_efficiency"] = None  # measured by benchmarks/sweep.py
+    results["sweep_efficiency"] = None
+    if sweep:
+        from .sweep import bench_sweep
+
+        results.update(bench_sweep())
     return results
 
 

@@ -17,5 +17,6 @@ STUDY = Study(
     axes={"mask_ratio": [0.1, 0.25, 0.5, 0.75, 0.9]},
     seeds=(0, 1, 2),
     smoke_axes={"mask_ratio": [0.25, 0.75]},
+    evaluation={"finetune_steps": 300},  # MAE Figure 5 sets fine-tuning beside the linear probe
     doc=__doc__,
 )

@@ -6,6 +6,7 @@ from . import (
     corruption,
     decoder_depth,
     decoder_width,
+    lesson,
     mask_ratio,
     mask_sampling,
     mask_token,
@@ -18,7 +19,7 @@ from .study import Study
 STUDIES: dict[str, Study] = {
     module.STUDY.name: module.STUDY
     for module in (mask_ratio, decoder_depth, decoder_width, target, mask_sampling, mask_token,
-                   corruption, objectives, schedule)
+                   corruption, objectives, schedule, lesson)
 }
 
 
