@@ -173,7 +173,8 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
     import ray
 
     tracking.set_tags(client, run_id, {"ray_node_id": ray.get_runtime_context().get_node_id(),
-                                       "ray_trial_id": tune.get_context().get_trial_id()})
+                                       "ray_trial_id": tune.get_context().get_trial_id(),
+                                       "ray_worker_pid": os.getpid()})
 
     work = Path(tempfile.mkdtemp(prefix="mae-trial-"))
     local_checkpoint = work / "checkpoint.pt"

@@ -83,6 +83,8 @@ def run_trial(
         client.set_terminated(run_id, "KILLED")
         raise
     train_seconds = time.perf_counter() - started
+    if result.resumed_from is not None:
+        tracking.set_tags(client, run_id, {"resumed_from_step": result.resumed_from})
     if result.warnings:
         tracking.set_tags(client, run_id, {"checkpoint_warning": " | ".join(result.warnings)})
 
