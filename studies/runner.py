@@ -32,6 +32,7 @@ from mae_core.train import prepare_data
 from . import tracking
 from .study import Study, cell_id
 
+SMOKE_FINETUNE_STEPS = 20
 STATE_FILE = "study.json"  # in the study's output folder: parent run id, Ray folder, grid
 
 
@@ -59,6 +60,7 @@ class StudyPlan:
     base: dict[str, Any]  # keys every trial shares
     axes: dict[str, list[Any]]  # the grid_search axes, seeds included as "seed"
     cells: list[dict[str, Any]]
+    evaluation: dict[str, Any]  # options for the probes (fine-tuning shortened in smoke mode)
 
 
 def plan_study(study: Study, *, smoke: bool, overrides: dict[str, Any]) -> StudyPlan:
@@ -77,7 +79,10 @@ def plan_study(study: Study, *, smoke: bool, overrides: dict[str, Any]) -> Study
     axes = study.grid_axes(smoke, overrides)
     axes["seed"] = sorted({cell["seed"] for cell in cells})
     base = {k: v for k, v in cells[0].items() if k not in axes}
-    return StudyPlan(study=study, base=base, axes=axes, cells=cells)
+    evaluation = dict(study.evaluation)
+    if smoke and evaluation.get("finetune_steps"):
+        evaluation["finetune_steps"] = min(evaluation["finetune_steps"], SMOKE_FINETUNE_STEPS)
+    return StudyPlan(study=study, base=base, axes=axes, cells=cells, evaluation=evaluation)
 
 
 # --------------------------------------------------------------------------- preflight
@@ -263,7 +268,7 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None) -> dict[str, 
     fn = tune.with_parameters(
         trainable, base=plan.base, study_name=plan.study.name, tracking_uri=options.tracking_uri,
         experiment=options.experiment, parent_run_id=state["parent_run_id"],
-        evaluation=plan.study.evaluation,
+        evaluation=plan.evaluation,
     )
     fn = tune.with_resources(fn, {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial})
     callbacks = [progress] if progress is not None else []
@@ -275,7 +280,8 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None) -> dict[str, 
             tuner = tune.Tuner(
                 fn,
                 param_space={axis: tune.grid_search(values) for axis, values in plan.axes.items()},
-                tune_config=tune.TuneConfig(max_concurrent_trials=options.max_concurrent),
+                # reuse_actors: a trial process imports torch, MLflow and scikit-learn once, not per trial
+                tune_config=tune.TuneConfig(max_concurrent_trials=options.max_concurrent, reuse_actors=True),
                 run_config=tune.RunConfig(
                     name=state["name"], storage_path=str(options.out_dir / "ray"),
                     failure_config=tune.FailureConfig(max_failures=options.max_failures),
