@@ -121,13 +121,15 @@ def check_resume(plan: StudyPlan, options: RunOptions) -> dict[str, Any] | None:
         return None
     from ray.tune import Tuner
 
-    if state is None or not Tuner.can_restore(state["ray_path"]):
+    if state is None:
         raise StudySetupError(f"--resume: no study to resume in {options.out_dir}")
     if sorted(cell_id(c) for c in plan.cells) != sorted(state["cells"]):
         raise StudySetupError(
             f"--resume: the grid differs from the interrupted study in {options.out_dir} "
             "(same study, overrides and --smoke are required); run without --resume to start anew"
         )
+    if not Tuner.can_restore(state["ray_path"]):
+        raise StudySetupError(f"--resume: no Ray state to resume in {state['ray_path']}")
     return state
 
 

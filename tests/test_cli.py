@@ -68,6 +68,7 @@ BAD_INVOCATIONS = [
     (["run", "mask_ratio", "--smoke", "mask_ratio=2"], "mask_ratio"),
     (["run", "mask_ratio", "--smoke", "--resume"], "no study to resume"),
     (["run", "mask_ratio", "--smoke", "--address", "127.0.0.1:1"], "no Ray cluster reachable"),
+    (["run", "mask_ratio", "--smoke", "--resume", "steps=7"], "the grid differs"),
     (["run", "mask_ratio", "--smoke", "--max-concurrent", "0"], "--max-concurrent"),
     (["report", "mask_ratio"], "mask_ratio"),
     (["report", "no_such_study"], "no_such_study"),
@@ -82,6 +83,14 @@ def test_bad_input_is_one_line_and_exit_2(args, words, bad_files, tmp_path, monk
     import ray
 
     monkeypatch.chdir(tmp_path)
+    if "steps=7" in args:  # an interrupted smoke study whose grid had the default steps
+        from studies.registry import get_study
+        from studies.runner import save_state
+        from studies.study import cell_id
+
+        cells = get_study("mask_ratio").cells(smoke=True)
+        save_state(tmp_path / "mae_runs" / "mask_ratio-smoke",
+                   {"cells": sorted(cell_id(c) for c in cells), "ray_path": str(tmp_path / "ray")})
     args = [a.format(**{k: str(v) for k, v in bad_files.items()}) for a in args]
     status, err = mae_study(*args, capsys=capsys)
     lines = [line for line in err.splitlines() if line.strip()]
