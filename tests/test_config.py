@@ -3,6 +3,7 @@
 import re
 
 import pytest
+from pydantic import ValidationError
 
 from conftest import tiny_config
 from mae_core import Config, ConfigError
@@ -86,7 +87,7 @@ def test_dae_defaults_to_gaussian_and_sgd_uses_lr_itself():
 def test_cli_strings_are_coerced_and_config_is_frozen():
     config = Config(mask_ratio="0.5", steps="10", class_token="true")
     assert (config.mask_ratio, config.steps, config.class_token) == (0.5, 10, True)
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):  # frozen: assignment is refused
         config.steps = 3
 
 
