@@ -26,6 +26,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from . import figures
+from mae_core.files import FolderNotWritable, writable_folder
+
 from .frame import (
     DOWNSTREAM_METRICS,
     FINAL_METRICS,
@@ -131,15 +133,10 @@ def latex_table(table: pd.DataFrame, caption: str, label: str) -> str:
 
 
 def _writable(out_dir: Path) -> Path:
-    out = Path(out_dir)
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as error:
-        raise ReportError(f"report folder {out} cannot be written: {error.strerror or error}") from None
-    return out
+        return writable_folder(out_dir)
+    except FolderNotWritable as error:
+        raise ReportError(f"report folder {error}") from None
 
 
 def _present(frame: pd.DataFrame, metrics: Sequence[str]) -> list[str]:

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 import yaml
 
+from mae_core import files
 from mae_core.config import Config, ConfigError, parse_overrides
 from mae_core.data import DataError
 from mae_core.patches import PatchSizeError
@@ -66,13 +67,9 @@ def resolve_config(config_file: str | None, overrides: list[str], base: dict[str
 def writable_folder(path: Path, what: str) -> Path:
     """Create ``path`` if needed and make sure files can be written there."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".mae-study-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as error:
-        raise UsageError(f"{what} {path}: cannot be written ({error.strerror or error})") from None
-    return path.resolve()
+        return files.writable_folder(path)
+    except files.FolderNotWritable as error:
+        raise UsageError(f"{what} {error}") from None
 
 
 # ----------------------------------------------------------------------------- commands

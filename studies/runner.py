@@ -274,6 +274,8 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None) -> dict[str, 
     )
     fn = tune.with_resources(fn, {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial})
     callbacks = [progress] if progress is not None else []
+    # Trials checkpoint every few seconds in smoke mode; Ray's advice to checkpoint less is noise here.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     started = start_ray(options.address)
     try:
         if options.resume:
