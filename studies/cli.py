@@ -147,18 +147,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             max_concurrent=args.max_concurrent, cpus_per_trial=args.cpus_per_trial,
             gpus_per_trial=args.gpus_per_trial,
         )
-        from .runner import check_address, check_resume
-
-        check_address(options.address)
-        check_resume(plan, options)
     except (UnknownStudyError, StudySetupError) as error:
         raise UsageError(str(error)) from None
 
     from .progress import StudyProgress
 
-    print(f"study {study.name} ({study.paper}): {len(plan.cells)} trials, axes "
-          + ", ".join(f"{k}={v}" for k, v in plan.axes.items()), file=sys.stderr)
-    state = run_study(plan, options, progress=StudyProgress(total=len(plan.cells)))
+    header = (f"study {study.name} ({study.paper}): {len(plan.cells)} trials, axes "
+              + ", ".join(f"{k}={v}" for k, v in plan.axes.items()))
+    try:  # run_study checks the address and the resume state before Ray or MLflow start
+        state = run_study(plan, options, progress=StudyProgress(total=len(plan.cells), header=header))
+    except StudySetupError as error:
+        raise UsageError(str(error)) from None
     print(f"study {study.name}: {state['trials']} trials, {state['errored']} errored, "
           f"{state['diverged']} diverged; MLflow parent run {state['parent_run_id']} in "
           f"{options.tracking_uri}; next: mae-study report {study.name}", file=sys.stderr)

@@ -17,13 +17,17 @@ class StudyProgress(Callback):
     """Prints one line whenever a trial starts, finishes or fails (plain text: it must pickle,
     because Ray stores the run configuration for ``--resume``)."""
 
-    def __init__(self, total: int, metric: str = "test_mae_risk", mode: str = "min"):
-        self.total, self.metric, self.mode = total, metric, mode
+    def __init__(self, total: int, header: str = "", metric: str = "test_mae_risk", mode: str = "min"):
+        self.total, self.header, self.metric, self.mode = total, header, metric, mode
         self.started_at = time.monotonic()
         self.running: set[str] = set()
         self.done: set[str] = set()
         self.failed: set[str] = set()
         self.best: tuple[float, str] | None = None
+
+    def setup(self, **info):
+        if self.header:
+            print(self.header, file=sys.stderr, flush=True)
 
     def _line(self, event: str) -> None:
         elapsed = time.monotonic() - self.started_at
