@@ -53,4 +53,9 @@ def bench_sweep(cores: int | None = None) -> dict[str, Any]:
 if __name__ == "__main__":
     import json
 
-    print(json.dumps(bench_sweep(), indent=2))
+    from .bench import RESULTS
+
+    text = json.dumps(bench_sweep(), indent=2)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "sweep.json").write_text(text + "\n")
+    print(text)
