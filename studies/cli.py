@@ -145,7 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             out_dir=out, tracking_uri=args.tracking_uri or _default_uri(Path.cwd()),
             experiment=args.experiment, smoke=args.smoke, resume=args.resume, address=args.address,
             max_concurrent=args.max_concurrent, cpus_per_trial=args.cpus_per_trial,
-            gpus_per_trial=args.gpus_per_trial,
+            gpus_per_trial=args.gpus_per_trial, scheduler=args.scheduler,
         )
     except (UnknownStudyError, StudySetupError) as error:
         raise UsageError(str(error)) from None
@@ -241,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true", help="continue the interrupted study")
     run.add_argument("--address", help="join a Ray cluster: auto | host:port | ray://host:port")
     run.add_argument("--max-concurrent", type=int, help="at most this many trials at once")
+    run.add_argument("--scheduler", choices=("fifo", "asha"), default="fifo",
+                     help="asha stops poor trials early: for exploratory sweeps, not ablation tables")
     run.add_argument("--cpus-per-trial", type=float, default=1.0)
     run.add_argument("--gpus-per-trial", type=float, default=0.0)
     run.add_argument("--out", default="mae_runs", help="folder for Ray state (default: mae_runs)")

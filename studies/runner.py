@@ -52,6 +52,7 @@ class RunOptions:
     cpus_per_trial: float = 1.0
     gpus_per_trial: float = 0.0
     max_failures: int = 2  # Ray retries of a crashed trial (a diverging trial is not retried)
+    scheduler: str = "fifo"  # fifo: every cell runs to the end; asha: stop poor trials early (exploration only)
 
 
 @dataclass(frozen=True)
@@ -216,11 +217,12 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
                             on_progress=on_progress, on_checkpoint=on_checkpoint, evaluate=evaluate)
     except NonFiniteError as error:
         # Fails alone, with its reason in MLflow (run_trial marked it); Ray must not retry it.
-        tune.report({"step": error.step, "diverged": 1.0, "failure_reason": str(error)})
+        tune.report({"step": error.step, "diverged": 1.0, "failure_reason": str(error),
+                     "train_loss": float("inf")})
         return
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    tune.report({"step": config.steps, "diverged": 0.0, **outcome.metrics})
+    tune.report({"step": config.steps, "diverged": 0.0, "train_loss": last["train_loss"], **outcome.metrics})
 
 
 # -------------------------------------------------------------------------------- driver
@@ -242,6 +244,20 @@ def start_ray(address: str | None) -> bool:
         ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False,
                  ignore_reinit_error=True)
     return True
+
+
+def build_scheduler(name: str, plan: StudyPlan):
+    """FIFO (None) for ablations: ASHA stops cells early and unbalances a full factorial, so it
+    is only for exploratory sweeps. ASHA compares ``train_loss`` at the trials' checkpoints."""
+    if name == "fifo":
+        return None
+    if name != "asha":
+        raise StudySetupError(f"--scheduler {name}: allowed are fifo, asha")
+    from ray.tune.schedulers import ASHAScheduler
+
+    max_steps = max(int(Config(**cell).steps) for cell in plan.cells)
+    return ASHAScheduler(time_attr="step", metric="train_loss", mode="min", max_t=max(1, max_steps),
+                         grace_period=max(1, max_steps // 4), reduction_factor=2)
 
 
 def run_study(plan: StudyPlan, options: RunOptions, progress=None) -> dict[str, Any]:
@@ -285,7 +301,8 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None) -> dict[str, 
                 fn,
                 param_space={axis: tune.grid_search(values) for axis, values in plan.axes.items()},
                 # reuse_actors: a trial process imports torch, MLflow and scikit-learn once, not per trial
-                tune_config=tune.TuneConfig(max_concurrent_trials=options.max_concurrent, reuse_actors=True),
+                tune_config=tune.TuneConfig(max_concurrent_trials=options.max_concurrent, reuse_actors=True,
+                                            scheduler=build_scheduler(options.scheduler, plan)),
                 run_config=tune.RunConfig(
                     name=state["name"], storage_path=str(options.out_dir / "ray"),
                     failure_config=tune.FailureConfig(max_failures=options.max_failures),

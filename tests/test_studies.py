@@ -76,3 +76,12 @@ def test_diverging_trial_fails_alone(tmp_path, local_ray):
     assert sorted(runs["status"]) == ["FAILED", "FINISHED"]
     reason = by_status.loc["FAILED", "tags.failure_reason"]
     assert "non-finite" in reason and "step t=" in reason
+
+
+@pytest.mark.slow
+def test_asha_scheduler_runs_an_exploratory_sweep(tmp_path, local_ray):
+    plan = plan_study(get_study("decoder_depth"), smoke=True, overrides={"seeds": "0,1", "steps": "40"})
+    state = run_study(plan, options(tmp_path, scheduler="asha"))
+    assert state["errored"] == 0
+    runs = children(f"sqlite:///{tmp_path}/mlflow.db", state["parent_run_id"])
+    assert runs["tags.cell_id"].nunique() == len(runs) <= len(plan.cells)
