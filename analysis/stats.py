@@ -56,7 +56,9 @@ def summarise(frame: pd.DataFrame, by: list[str], metrics: list[str]) -> pd.Data
         failed = work[work["_failed"]].dropna(subset=["failure_reason"])
         reasons = failed.groupby(keys, dropna=False, sort=True)["failure_reason"].agg(
             lambda values: "; ".join(dict.fromkeys(map(str, values))))
-        summary.loc[reasons.index, "failure_reason"] = reasons
+        # Align by label: .loc with a boolean axis (mask_token_in_encoder) would read it as a mask.
+        reasons = reasons.reindex(summary.index)
+        summary["failure_reason"] = reasons.astype(object).where(reasons.notna(), None)
     finished = work[work["_finished"]].groupby(keys, dropna=False, sort=True)
     for metric in metrics:  # cells with no finished run get NaN statistics and n = 0
         values = finished[metric]

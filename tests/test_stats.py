@@ -43,6 +43,16 @@ def test_summarise_mean_std_n_and_failures():
     assert (dead["n"], dead["n_failed"], dead["acc_n"]) == (0, 1, 0) and math.isnan(dead["acc_mean"])
 
 
+def test_summarise_a_boolean_axis_with_and_without_failures():
+    """A boolean axis (mask_token_in_encoder) must be aligned by label, not read as a mask."""
+    frame = _frame().assign(mask_token_in_encoder=[False, False, True, True, True, True])
+    summary = summarise(frame, ["mask_token_in_encoder"], ["acc"]).set_index("mask_token_in_encoder")
+    assert summary.loc[True, "failure_reason"] == "diverged" and summary.loc[False, "failure_reason"] is None
+    healthy = frame[frame["status"] == "FINISHED"]
+    summary = summarise(healthy, ["mask_token_in_encoder"], ["acc"]).set_index("mask_token_in_encoder")
+    assert list(summary["n"]) == [2, 2] and summary["failure_reason"].isna().all()
+
+
 @pytest.mark.parametrize("sign", [1, -1])
 def test_monotone_data_give_plus_or_minus_one(sign):
     x = np.arange(12.0)
