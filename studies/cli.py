@@ -72,6 +72,46 @@ def writable_folder(path: Path, what: str) -> Path:
         raise UsageError(f"{what} {error}") from None
 
 
+def checkpoint_for_train(path: Path, steps: int, tracking_uri: str, *, resume: bool) -> Path:
+    """The checkpoint file ``mae-study train`` writes, after deciding what an existing one means.
+
+    Every run checkpoints (``checkpoint_every``). ``--resume`` continues the run whose checkpoint
+    is at ``path``; without it, a checkpoint of an interrupted run is never overwritten (that
+    would lose the user's work), while one of a finished run is removed (it is kept as that
+    run's MLflow artifact) and training starts afresh.
+    """
+    from mae_core.train import load_latest_checkpoint
+
+    state, _ = load_latest_checkpoint(path)
+    if resume:
+        if state is None:
+            raise UsageError(f"--resume: no readable checkpoint at {path}; run without --resume to start")
+        return path
+    if state is None or not _interrupted(state, steps, tracking_uri):
+        for stale in (path, path.with_name(path.name + ".prev")):
+            stale.unlink(missing_ok=True)
+        return path
+    raise UsageError(f"{path} holds an interrupted run at step {int(state['step'])} of {steps}: "
+                     "pass --resume to continue it, or delete the file to start over")
+
+
+def _interrupted(state: dict[str, Any], steps: int, tracking_uri: str) -> bool:
+    """Whether the run that wrote ``state`` did not finish (training or its evaluation)."""
+    if int(state["step"]) < steps:
+        return True
+    run_id = state.get("extra", {}).get("mlflow_run_id")
+    store = Path(tracking_uri.removeprefix("sqlite:///"))
+    if not run_id or (tracking_uri.startswith("sqlite:///") and not store.is_file()):
+        return False  # no run to finish: nothing is lost by starting again
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    try:
+        return MlflowClient(tracking_uri).get_run(run_id).info.status != "FINISHED"
+    except MlflowException:
+        return False
+
+
 # ----------------------------------------------------------------------------- commands
 
 
@@ -92,6 +132,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     run_name = trial_run_name(config)
+    checkpoint = checkpoint_for_train(out / "checkpoints" / f"{run_name}.pt", config.steps,
+                                      tracking_uri, resume=args.resume)
     console.print(f"[bold]{run_name}[/]  M={config.num_patches} q={config.patch_dim} "
                   f"k={config.num_visible} ρ_eff={config.effective_mask_ratio:.3f}  "
                   f"n_train={len(data.train_patches)} n_test={len(data.test_patches)}")
@@ -103,7 +145,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         try:
             outcome = run_trial(
                 config, data, tracking_uri=tracking_uri, experiment=args.experiment, run_name=run_name,
-                checkpoint_path=out / "checkpoints" / f"{run_name}.pt" if args.resume else None,
+                checkpoint_path=checkpoint,
                 on_progress=lambda step, m: progress.update(task, completed=step, loss=f"{m['train_loss']:.4f}"),
                 evaluate=probe_metrics,
             )
@@ -231,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite file in --out)")
     train.add_argument("--experiment", default="mae-study", help="MLflow experiment name")
     train.add_argument("--out", default=".", help="folder for mlflow.db and checkpoints (default: .)")
-    train.add_argument("--resume", action="store_true", help="continue from this run's checkpoint in --out")
+    train.add_argument("--resume", action="store_true",
+                       help="continue the interrupted run from its checkpoint in --out/checkpoints")
     train.add_argument("overrides", nargs="*", metavar="key=value")
     train.set_defaults(handler=cmd_train)
 
