@@ -11,6 +11,7 @@ last n blocks (MAE Figure 9) update the encoder itself, which is where MAE is ex
 from __future__ import annotations
 
 import copy
+from functools import partial
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -58,14 +59,9 @@ def fewshot_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarra
     """Linear probe on ``shots`` labelled examples per class (all of a smaller class), mean over
     ``draws`` seeded draws."""
     rng = np.random.default_rng(seed)
-    classes = np.unique(train_y)
     scores = []
     for _ in range(draws):
-        chosen = np.concatenate([
-            rng.choice(np.flatnonzero(train_y == c), size=min(shots, int(np.sum(train_y == c))),
-                       replace=False)
-            for c in classes
-        ])
+        chosen = _per_class(train_y, shots, rng)
         scores.append(linear_probe_accuracy(train_x[chosen], train_y[chosen], test_x, test_y))
     return float(np.mean(scores))
 
@@ -150,12 +146,32 @@ def _trainable_encoder_parts(model: nn.Module, blocks: int | None) -> list[nn.Pa
     return [p for module in chosen for p in module.parameters()]
 
 
+def fewshot_indices(labels: np.ndarray, shots: int, seed: int) -> np.ndarray:
+    """``shots`` training indices per class (all of a smaller class), drawn with ``seed``; the
+    first draw :func:`fewshot_accuracy` makes with the same seed."""
+    return _per_class(labels, shots, np.random.default_rng(seed))
+
+
+def _per_class(labels: np.ndarray, shots: int, rng: np.random.Generator) -> np.ndarray:
+    return np.concatenate([
+        rng.choice(np.flatnonzero(labels == c), size=min(shots, int(np.sum(labels == c))), replace=False)
+        for c in np.unique(labels)
+    ])
+
+
 def finetune_accuracy(model: nn.Module, data: PatchData, steps: int, *, seed: int,
-                      blocks: int | None = None, lr: float = FINETUNE_LR,
+                      blocks: int | None = None, shots: int | None = None, lr: float = FINETUNE_LR,
                       batch_size: int = FINETUNE_BATCH) -> float:
-    """Fine-tune a deep copy of ``model`` plus a linear head on the train split with AdamW and
-    cross-entropy for ``steps`` minibatches; accuracy on the test split. ``model`` is untouched."""
+    """Fine-tune a deep copy of ``model`` plus a linear head with AdamW and cross-entropy for
+    ``steps`` minibatches; accuracy on the test split. ``model`` is untouched.
+
+    The labelled set is the whole train split, or ``shots`` examples per class (seed 001's
+    exercise: fine-tune end to end on the few-shot probe's examples); a labelled set no larger
+    than ``batch_size`` is used whole at every step.
+    """
     device = _device(model)
+    pool = (torch.from_numpy(fewshot_indices(data.train_labels.numpy(), shots, seed))
+            if shots is not None else torch.arange(len(data.train_patches)))
     num_classes = int(max(data.train_labels.max(), data.test_labels.max())) + 1
     with torch.random.fork_rng(devices=[]):  # the head's init and the batches are seeded here
         torch.manual_seed(seed)
@@ -172,7 +188,7 @@ def finetune_accuracy(model: nn.Module, data: PatchData, steps: int, *, seed: in
         sampler = torch.Generator().manual_seed(seed)
         classifier.train()
         for _ in range(steps):
-            index = torch.randint(len(data.train_patches), (batch_size,), generator=sampler)
+            index = pool if len(pool) <= batch_size else pool[torch.randint(len(pool), (batch_size,), generator=sampler)]
             logits = classifier(data.train_patches[index].to(device))
             loss = F.cross_entropy(logits, data.train_labels[index].to(device))
             optimizer.zero_grad(set_to_none=True)
@@ -192,14 +208,16 @@ def finetune_accuracy(model: nn.Module, data: PatchData, steps: int, *, seed: in
 
 def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, fewshot: int = 8,
                   knn_k: int = 20, finetune_steps: int = 0, finetune_blocks: int | None = None,
-                  seed: int | None = None) -> dict[str, float]:
+                  finetune_shots: int | None = None, seed: int | None = None) -> dict[str, float]:
     """Every downstream metric of one trial (names are the MLflow metric names).
 
     ``probe_{linear,fewshot,knn}_acc`` on ``model``; ``random_probe_*`` on a fresh model of the
     same config; with ``finetune_steps > 0`` also ``finetune_acc`` (all weights) and
     ``random_finetune_acc`` (the same from random init, i.e. training from scratch); with
     ``finetune_blocks=n`` also ``partial_finetune_acc`` (last n blocks + head) and
-    ``partial_finetune_blocks``. Sizes of the splits are ``probe_train_size``/``probe_test_size``.
+    ``partial_finetune_blocks``; with ``finetune_shots=n`` every fine-tuning uses n labelled
+    examples per class (logged as ``finetune_shots``) instead of the whole train split. Sizes of
+    the splits are ``probe_train_size``/``probe_test_size``.
     """
     if finetune_blocks is not None and finetune_steps <= 0:
         raise ValueError(f"finetune_blocks={finetune_blocks} needs finetune_steps > 0")
@@ -210,11 +228,13 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, fewshot:
     metrics.update(frozen_probes(fresh, data, fewshot=fewshot, knn_k=knn_k, seed=seed,
                                  prefix="random_probe_"))
     if finetune_steps > 0:
-        metrics["finetune_acc"] = finetune_accuracy(model, data, finetune_steps, seed=seed)
-        metrics["random_finetune_acc"] = finetune_accuracy(fresh, data, finetune_steps, seed=seed)
+        tune = partial(finetune_accuracy, steps=finetune_steps, seed=seed, shots=finetune_shots)
+        metrics["finetune_acc"] = tune(model, data)
+        metrics["random_finetune_acc"] = tune(fresh, data)
+        if finetune_shots is not None:
+            metrics["finetune_shots"] = float(finetune_shots)
         if finetune_blocks is not None:
-            metrics["partial_finetune_acc"] = finetune_accuracy(model, data, finetune_steps, seed=seed,
-                                                                blocks=finetune_blocks)
+            metrics["partial_finetune_acc"] = tune(model, data, blocks=finetune_blocks)
             metrics["partial_finetune_blocks"] = float(finetune_blocks)
     metrics["probe_train_size"] = float(len(data.train_patches))
     metrics["probe_test_size"] = float(len(data.test_patches))

@@ -4,8 +4,9 @@ Seed 001 trains a small MAE (width 32, 2 blocks; decoder 16 wide, 1 block; Adam 
 full-batch steps on 400 plus/circle images) at ρ = 0.25, 0.5, 0.75, compares the masked test
 error with the mean-pixel baseline, then probes the frozen ρ = 0.75 encoder with 8 labelled
 examples against a random encoder over 5 seeds (it found MAE *worse* than random). Its
-exercises: ρ = 0.9, and fine-tuning end to end against the frozen probe (both here: the
-ρ = 0.9 cell and ``finetune_acc``). The third exercise, a decoder larger than the encoder, is
+exercises: ρ = 0.9, and fine-tuning end to end on the same 8 labelled examples against the
+frozen probe (both here: the ρ = 0.9 cell, and ``finetune_acc`` beside ``random_finetune_acc``
+with ``finetune_shots=4``). The third exercise, a decoder larger than the encoder, is
 ``mae-study run lesson decoder_width=64 decoder_depth=3``.
 
     mae-study run lesson                # 4 ratios × 5 seeds = 20 trials
@@ -23,6 +24,7 @@ STUDY = Study(
     axes={"mask_ratio": [0.25, 0.5, 0.75, 0.9]},
     seeds=(0, 1, 2, 3, 4),
     smoke_axes={"mask_ratio": [0.75]},
-    evaluation={"fewshot": 4, "finetune_steps": 200},  # 4 per class = the lesson's 8 labelled examples
+    # 4 per class = the lesson's 8 labelled examples, for the frozen probe and for fine-tuning
+    evaluation={"fewshot": 4, "finetune_steps": 200, "finetune_shots": 4},
     doc=__doc__,
 )

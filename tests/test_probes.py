@@ -8,6 +8,7 @@ import torch
 
 from analysis.probes import (
     fewshot_accuracy,
+    fewshot_indices,
     finetune_accuracy,
     knn_accuracy,
     linear_probe_accuracy,
@@ -138,3 +139,18 @@ def test_partial_finetune_updates_only_the_last_blocks(tiny, monkeypatch):
         finetune_accuracy(model, data, 1, seed=0, blocks=5)
     with pytest.raises(ValueError, match="finetune_steps"):
         probe_metrics(model, config, data, finetune_blocks=1)
+
+
+def test_fewshot_finetune_sees_only_its_labelled_examples(tiny):
+    """Fine-tuning on ``shots`` per class equals fine-tuning on a train split holding only them."""
+    import dataclasses
+
+    model, config, data = tiny
+    chosen = torch.from_numpy(fewshot_indices(data.train_labels.numpy(), 2, seed=3))
+    assert len(chosen) == 2 * len(torch.unique(data.train_labels))
+    assert all(int((data.train_labels[chosen] == c).sum()) == 2 for c in torch.unique(data.train_labels))
+    only_those = dataclasses.replace(data, train_patches=data.train_patches[chosen],
+                                     train_labels=data.train_labels[chosen])
+    assert finetune_accuracy(model, data, 5, seed=3, shots=2) == finetune_accuracy(model, only_those, 5, seed=3)
+    metrics = probe_metrics(model, config, data, finetune_steps=5, finetune_shots=2)
+    assert metrics["finetune_shots"] == 2.0
