@@ -213,48 +213,61 @@ def train(
     targets = apply_target(train_patches, config.target)  # T(x_j) once, not per step
     n, num_patches = train_patches.shape[:2]
     k = config.num_visible
+    # The training set lives on the device (these datasets are small): a step then copies only
+    # the B indices and visible sets there, and nothing comes back until a record is due.
+    train_on_device, targets_on_device = train_patches.to(device), targets.to(device)
     step_fn = torch.compile(model) if config.compile else model
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     peak = config.actual_lr
-    running = torch.tensor(running_sum, dtype=torch.float64)
+    running = torch.tensor(running_sum, dtype=torch.float64, device=device)
+    watch = DivergenceWatch(device)
+
+    def lr_at(t: int) -> float:
+        return learning_rate(t, peak=peak, warmup_steps=config.warmup_steps,
+                             total_steps=config.steps, schedule=config.schedule)
 
     model.train()
     for t in range(start, config.steps):
-        lr = learning_rate(t, peak=peak, warmup_steps=config.warmup_steps,
-                           total_steps=config.steps, schedule=config.schedule)
+        lr = lr_at(t)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        index = torch.randint(n, (config.batch_size,), generator=sampler)  # I_t
-        x, target = train_patches[index], targets[index]
+        index = torch.randint(n, (config.batch_size,), generator=sampler)  # I_t, drawn on the CPU
         if config.objective == "mae":
             visible = sample_visible(config.batch_size, num_patches, k, sampler,
                                      config.mask_sampling, config.grid)  # V_t
-            x, target, visible = x.to(device), target.to(device), visible.to(device)
+            on_device = index.to(device, non_blocking=True)
+            x, target = train_on_device[on_device], targets_on_device[on_device]
+            visible = visible.to(device, non_blocking=True)
             with autocast:
                 pred = step_fn(x, visible)
             loss = masked_mse(pred.float(), target, visible).mean()
         else:
-            if config.objective == "dae":
+            x, target = train_patches[index], targets[index]
+            if config.objective == "dae":  # the corruption draws from the same CPU sampler
                 x = corrupt(x, config.resolved_corruption, config.corruption_level, sampler)
-            x, target = x.to(device), target.to(device)
+            x, target = x.to(device, non_blocking=True), target.to(device, non_blocking=True)
             with autocast:
                 pred = step_fn(x)
             loss = reconstruction_mse(pred.float(), target).mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        _require_finite(model, loss, t, lr)
+        watch.observe(t, loss, model)
         optimizer.step()
 
-        running += loss.detach().double().cpu()
+        running += loss.detach().double()
         since_log += 1
         done = t + 1
-        if is_due(done, config.log_every, config.steps):
+        log_due = is_due(done, config.log_every, config.steps)
+        checkpoint_due = checkpoint_path is not None and is_due(done, config.checkpoint_every, config.steps)
+        if log_due or checkpoint_due:
+            watch.check(lr_at)  # the one host sync: nothing non-finite is recorded or saved
+        if log_due:
             history.append((done, float(running / since_log)))
             if on_log is not None:
                 on_log(done, {"train_loss": history[-1][1]})
             running.zero_()
             since_log = 0
-        if checkpoint_path is not None and is_due(done, config.checkpoint_every, config.steps):
+        if checkpoint_due:
             save_checkpoint(checkpoint_path, {
                 "step": done, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "sampler": sampler.get_state(), "history": history,
@@ -268,9 +281,28 @@ def train(
                        resumed_from=resumed_from, warnings=warnings)
 
 
-def _require_finite(model: nn.Module, loss: torch.Tensor, step: int, lr: float) -> None:
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))) if grads else loss.new_zeros(())
-    if bool(torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)):  # one host sync per step
-        return
-    raise NonFiniteError(step, "loss" if not torch.isfinite(loss) else "gradient", lr)
+class DivergenceWatch:
+    """Remembers the first update whose loss or gradient is non-finite, on the device.
+
+    :meth:`observe` adds no host synchronisation (it matters on a GPU); :meth:`check` makes
+    one and raises :class:`NonFiniteError` naming that first step, which the loop calls before
+    anything is recorded or saved, so no checkpoint or logged loss ever holds a non-finite value.
+    """
+
+    def __init__(self, device: torch.device):
+        self.first_bad = torch.full((), -1, dtype=torch.long, device=device)
+        self.loss_was_bad = torch.zeros((), dtype=torch.bool, device=device)
+
+    def observe(self, step: int, loss: torch.Tensor, model: nn.Module) -> None:
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        loss_ok = torch.isfinite(loss.detach())
+        grads_ok = (torch.isfinite(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))))
+                    if grads else torch.ones_like(loss_ok))
+        first = (self.first_bad < 0) & ~(loss_ok & grads_ok)
+        self.first_bad = torch.where(first, step, self.first_bad)
+        self.loss_was_bad = torch.where(first, ~loss_ok, self.loss_was_bad)
+
+    def check(self, lr_at: Callable[[int], float]) -> None:
+        step = int(self.first_bad)
+        if step >= 0:
+            raise NonFiniteError(step, "loss" if bool(self.loss_was_bad) else "gradient", lr_at(step))

@@ -105,6 +105,22 @@ def test_huge_sgd_step_raises_non_finite_error_naming_the_step():
     assert f"t={step}" in str(err.value)
 
 
+def test_divergence_watch_names_the_first_bad_step_when_checked_later():
+    from mae_core.train import DivergenceWatch
+
+    model = torch.nn.Linear(2, 1)
+    watch = DivergenceWatch(torch.device("cpu"))
+    for step, value in enumerate([1.0, 2.0, float("nan"), float("inf"), 3.0]):
+        model.weight.grad = torch.full_like(model.weight, value if step != 3 else 1.0)
+        watch.observe(step, torch.tensor(1.0 if step != 3 else value), model)
+        if step == 1:
+            watch.check(lambda t: 0.1)  # all finite so far: no error
+    with pytest.raises(NonFiniteError) as err:
+        watch.check(lambda t: 0.5 * t)
+    assert (err.value.step, err.value.what) == (2, "gradient")  # not 3, where the loss went bad
+    assert "lr=1" in str(err.value)
+
+
 # ------------------------------------------------------------------------------ checkpoints
 
 
