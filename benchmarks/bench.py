@@ -6,6 +6,7 @@
 2. Visible-only encoder against MAE Table 1c's mask-token-in-encoder variant (ρ = 0.75,
    decoder depth 1): the MAE paper reports 2.8×-4.1× wall-clock (Table 2).
 3. Exact empirical risk: (image, mask) pairs per second over all C(16,4)=1,820 masks of digits.
+4. ``torch.compile`` of the step model: compile time, speed-up, steps to break even.
 
 Nothing here asserts a time; ``mae-study bench`` prints a table and writes JSON and Markdown.
 """
@@ -72,19 +73,20 @@ def _flops(fn: Callable[[], None]) -> int:
     return counter.get_total_flops()
 
 
-def our_step(config: Config, images: torch.Tensor) -> Callable[[], None]:
+def our_step(config: Config, images: torch.Tensor, compiled: bool = False) -> Callable[[], None]:
     from mae_core.patches import patchify
 
     torch.manual_seed(0)
     model = build_model(config)
     optimizer = build_optimizer(model, config)
+    forward = torch.compile(model) if compiled else model
     patches = patchify(images, config.resolved_patch_size)
     target = apply_target(patches, config.target)
     generator = torch.Generator().manual_seed(0)
 
     def step() -> None:
         visible = sample_visible(len(patches), config.num_patches, config.num_visible, generator)
-        loss = masked_mse(model(patches, visible), target, visible).mean()
+        loss = masked_mse(forward(patches, visible), target, visible).mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -146,6 +148,19 @@ def bench_visible_only(rounds: int) -> dict[str, float]:
             "visible_only_speedup": seconds["mask_token_in_encoder"] / seconds["visible_only"]}
 
 
+def bench_compile(rounds: int) -> dict[str, float]:
+    """torch.compile on the step model: first compiled step (compilation included; the inductor
+    cache makes it much shorter on a second run), step time eager vs compiled, break-even."""
+    config = Config(**STEP_MODEL)
+    images = torch.rand(config.batch_size, *config.image_shape)
+    eager, compiled = our_step(config, images), our_step(config, images, compiled=True)
+    first = _seconds(compiled)
+    seconds = _alternate({"eager": eager, "compiled": compiled}, rounds)
+    saving = seconds["eager"] - seconds["compiled"]
+    return {"compile_first_step_s": first, "compiled_step_speedup": seconds["eager"] / seconds["compiled"],
+            "compile_break_even_steps": first / saving if saving > 0 else None}
+
+
 def bench_exact_risk(peak: float, num_images: int) -> dict[str, float]:
     config = Config(dataset="digits")
     data = prepare_data(config)
@@ -174,6 +189,8 @@ def run_benchmarks(quick: bool = False, sweep: bool = True) -> dict[str, Any]:
         results.update(step_speedup_vs_peer=None, step_peak_fraction=None,
                        peer_missing="pip install -e '.[bench]' (transformers)")
     results.update(bench_visible_only(rounds))
+    if not quick:  # a compile takes up to a minute
+        results.update(bench_compile(rounds))
     results.update(bench_exact_risk(peak, 50 if quick else 500))
     results["sweep_efficiency"] = None
     if sweep:

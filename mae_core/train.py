@@ -216,7 +216,7 @@ def train(
     # The training set lives on the device (these datasets are small): a step then copies only
     # the B indices and visible sets there, and nothing comes back until a record is due.
     train_on_device, targets_on_device = train_patches.to(device), targets.to(device)
-    step_fn = torch.compile(model) if config.compile else model
+    step_fn = torch.compile(model) if config.compile_enabled else model
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     peak = config.actual_lr
     running = torch.tensor(running_sum, dtype=torch.float64, device=device)

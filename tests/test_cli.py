@@ -65,6 +65,7 @@ BAD_INVOCATIONS = [
     (["train", "--config", "{list_yaml}"], "mapping"),
     (["train", "--config", "/no/such.yaml"], "no such file"),
     (["train", "mask_ratio"], "key=value"),
+    (["train", "compile=maybe"], "compile='maybe': must be auto, true or false"),
     (["train", "--out", "{a_file}/sub"], "cannot be written"),
     (["run", "no_such_study", "--smoke"], "unknown study"),
     (["run", "mask_ratio", "--smoke", "mask_ratio=2"], "mask_ratio"),

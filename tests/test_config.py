@@ -96,3 +96,13 @@ def test_with_updates_revalidates():
     assert config.with_updates(mask_ratio=0.5).num_visible == 8
     with pytest.raises(ConfigError, match="mask_ratio"):
         config.with_updates(mask_ratio=0.99)
+
+
+def test_compile_auto_turns_on_only_for_long_runs():
+    from mae_core.config import COMPILE_AUTO_MIN_STEPS
+
+    assert Config().compile == "auto" and not Config().compile_enabled  # never in short runs or tests
+    assert Config(steps=COMPILE_AUTO_MIN_STEPS).compile_enabled
+    assert not Config(steps=COMPILE_AUTO_MIN_STEPS, compile="false").compile_enabled
+    assert Config(steps=10, compile="true").compile_enabled
+    assert Config(steps=10).resolved()["compile_enabled"] is False
