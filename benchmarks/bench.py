@@ -148,17 +148,32 @@ def bench_visible_only(rounds: int) -> dict[str, float]:
             "visible_only_speedup": seconds["mask_token_in_encoder"] / seconds["visible_only"]}
 
 
-def bench_compile(rounds: int) -> dict[str, float]:
-    """torch.compile on the step model: first compiled step (compilation included; the inductor
-    cache makes it much shorter on a second run), step time eager vs compiled, break-even."""
+def bench_compile(peak: float, rounds: int) -> dict[str, float | None]:
+    """torch.compile on the step model: the first compiled step (compilation included; the
+    inductor cache makes it much shorter on a second run), then eager, compiled and the peer
+    alternated; the compiled step's speed-up over eager and over the peer, its peak fraction,
+    and the number of steps after which compiling has paid for itself."""
     config = Config(**STEP_MODEL)
-    images = torch.rand(config.batch_size, *config.image_shape)
-    eager, compiled = our_step(config, images), our_step(config, images, compiled=True)
-    first = _seconds(compiled)
-    seconds = _alternate({"eager": eager, "compiled": compiled}, rounds)
+    images = prepare_data(config.with_updates(train_limit=config.batch_size)).train_patches
+    from mae_core.patches import unpatchify
+
+    images = unpatchify(images, config.resolved_patch_size, config.image_shape)
+    steps = {"eager": our_step(config, images), "compiled": our_step(config, images, compiled=True)}
+    first = _seconds(steps["compiled"])
+    flops = _flops(steps["eager"])
+    try:
+        steps["peer"] = peer_step(config, images)
+    except ImportError:
+        pass
+    seconds = _alternate(steps, rounds)
     saving = seconds["eager"] - seconds["compiled"]
-    return {"compile_first_step_s": first, "compiled_step_speedup": seconds["eager"] / seconds["compiled"],
-            "compile_break_even_steps": first / saving if saving > 0 else None}
+    return {
+        "compile_first_step_s": first,
+        "compiled_step_speedup": seconds["eager"] / seconds["compiled"],
+        "compiled_speedup_vs_peer": seconds["peer"] / seconds["compiled"] if "peer" in seconds else None,
+        "compiled_peak_fraction": flops / seconds["compiled"] / 1e9 / peak,
+        "compile_break_even_steps": first / saving if saving > 0 else None,
+    }
 
 
 def bench_exact_risk(peak: float, num_images: int) -> dict[str, float]:
@@ -190,7 +205,7 @@ def run_benchmarks(quick: bool = False, sweep: bool = True) -> dict[str, Any]:
                        peer_missing="pip install -e '.[bench]' (transformers)")
     results.update(bench_visible_only(rounds))
     if not quick:  # a compile takes up to a minute
-        results.update(bench_compile(rounds))
+        results.update(bench_compile(peak, rounds))
     results.update(bench_exact_risk(peak, 50 if quick else 500))
     results["sweep_efficiency"] = None
     if sweep:
