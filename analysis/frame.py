@@ -124,8 +124,9 @@ def _search(client: MlflowClient, experiment_id: str, filter_string: str) -> lis
             return runs
 
 
-def _study_runs(tracking_uri: str, study: str, experiment: str) -> tuple[Run, list[Run]]:
-    """(newest parent run of ``study``, its child runs)."""
+def _study_runs(tracking_uri: str, study: str, experiment: str,
+                parent_run_id: str | None = None) -> tuple[Run, list[Run]]:
+    """(newest parent run of ``study``, or the one with ``parent_run_id``; its child runs)."""
     client = _client(tracking_uri)
     experiment_id = _experiment_id(client, experiment, tracking_uri)
     quoted = study.replace("'", "\\'")
@@ -136,6 +137,12 @@ def _study_runs(tracking_uri: str, study: str, experiment: str) -> tuple[Run, li
                         if "study" in run.data.tags})
         have = f"; studies there: {', '.join(known)}" if known else "; it holds no studies"
         raise ReportError(f"no study {study!r} in experiment {experiment!r} at {tracking_uri}{have}")
+    if parent_run_id is not None:
+        chosen = [run for run in parents if run.info.run_id == parent_run_id]
+        if not chosen:
+            ids = ", ".join(f"{run.info.run_id} ({run.info.run_name})" for run in parents)
+            raise ReportError(f"--run {parent_run_id} is not a run of study {study!r}; its runs: {ids}")
+        parents = chosen
     parent = max(parents, key=lambda run: run.info.start_time or 0)
     children = [run for run in tagged if run.data.tags.get(MLFLOW_PARENT_RUN_ID) == parent.info.run_id]
     if not children:
@@ -162,15 +169,16 @@ def _row(run: Run, study: str) -> dict[str, Any]:
     return row
 
 
-def load_runs(tracking_uri: str, study: str, experiment: str = "mae-study") -> pd.DataFrame:
-    """A row per trial of the newest run of ``study``.
+def load_runs(tracking_uri: str, study: str, experiment: str = "mae-study",
+              parent_run_id: str | None = None) -> pd.DataFrame:
+    """A row per trial of the newest run of ``study`` (or of its run ``parent_run_id``).
 
     Columns: ``run_id, run_name, status, study, cell_id, failure_reason``, every param typed as
     Config declares it (``seed`` int, ``mask_ratio`` float, ``class_token`` bool, None kept),
     and every metric's last value as float; each of :data:`FINAL_METRICS` is present (NaN when
     no run logged it). Sorted by the study's axes, then seed.
     """
-    parent, children = _study_runs(tracking_uri, study, experiment)
+    parent, children = _study_runs(tracking_uri, study, experiment, parent_run_id)
     frame = pd.DataFrame([_row(run, study) for run in children])
     for metric in FINAL_METRICS:
         if metric not in frame:
@@ -202,9 +210,10 @@ def load_study_axes(tracking_uri: str, study: str, experiment: str = "mae-study"
     return _axes_of(parent)
 
 
-def load_study_info(tracking_uri: str, study: str, experiment: str = "mae-study") -> dict[str, Any]:
+def load_study_info(tracking_uri: str, study: str, experiment: str = "mae-study",
+                    parent_run_id: str | None = None) -> dict[str, Any]:
     """The parent run's id, name, start time (ms), axes and grid, for a report's header."""
-    parent, _ = _study_runs(tracking_uri, study, experiment)
+    parent, _ = _study_runs(tracking_uri, study, experiment, parent_run_id)
     try:
         grid = json.loads(parent.data.tags.get("grid", "{}"))
     except json.JSONDecodeError:

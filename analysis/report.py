@@ -362,8 +362,9 @@ def _write_correlations(frame: pd.DataFrame, study: str, axes: list[str],
 
 
 def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Sequence[str] = ("png", "pdf"),
-                 experiment: str = "mae-study") -> Path:
-    """Write the report of ``study`` into ``out_dir``; return the path of ``index.html``.
+                 experiment: str = "mae-study", parent_run_id: str | None = None) -> Path:
+    """Write the report of ``study`` (its newest run, or its run ``parent_run_id``) into
+    ``out_dir``; return the path of ``index.html``.
 
     Raises :class:`~analysis.frame.ReportError` (one line) when the study has no runs, a
     format is unknown, or ``out_dir`` cannot be written.
@@ -371,8 +372,8 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
     unknown = [f for f in formats if f not in figures.FORMATS]
     if unknown:
         raise ReportError(f"figure format {unknown[0]!r} is not one of {', '.join(figures.FORMATS)}")
-    frame = load_runs(tracking_uri, study, experiment)
-    info = load_study_info(tracking_uri, study, experiment)
+    frame = load_runs(tracking_uri, study, experiment, parent_run_id)
+    info = load_study_info(tracking_uri, study, experiment, parent_run_id)
     out = _writable(out_dir)
     axes = [a for a in info["axes"] if a in frame]
     info["axes"] = axes

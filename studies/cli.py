@@ -224,7 +224,8 @@ def cmd_report(args: argparse.Namespace) -> int:
                          f"(run `mae-study run {args.study}` first, or pass --tracking-uri)")
     out = writable_folder(Path(args.out or Path("mae_runs") / args.study / "report"), "--out")
     try:
-        index = write_report(args.study, tracking_uri, out, formats=formats, experiment=args.experiment)
+        index = write_report(args.study, tracking_uri, out, formats=formats, experiment=args.experiment,
+                             parent_run_id=args.run)
     except ReportError as error:
         raise UsageError(str(error)) from None
     print(f"report: {index}")
@@ -308,6 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--format", default="png,pdf", help="figure formats: png,pdf,svg")
     report.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite file in .)")
     report.add_argument("--experiment", default="mae-study")
+    report.add_argument("--run", metavar="PARENT_RUN_ID",
+                        help="report this run of the study (default: its newest)")
     report.set_defaults(handler=cmd_report)
     return parser
 

@@ -269,3 +269,22 @@ def test_save_figure_names_and_formats(frame, tmp_path):
             figures.save_figure(fig, tmp_path, "knn", ("jpg",))
     finally:
         figures.close(fig)
+
+
+def test_an_older_run_of_a_study_is_reported_by_its_id(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("mae-study", artifact_location=str(tmp_path / "artifacts"))
+    parents = []
+    for start, ratio in ((1_000, 0.5), (2_000, 0.75)):  # the second run of the study is newer
+        parent = client.create_run(experiment, start_time=start, tags={
+            "study": "lesson", "study_axes": json.dumps(["mask_ratio"])}).info.run_id
+        run = client.create_run(experiment, tags={"study": "lesson", "mlflow.parentRunId": parent}).info.run_id
+        params = [Param(k, str(v)) for k, v in Config(mask_ratio=ratio).resolved().items()]
+        client.log_batch(run, metrics=[Metric("test_mae_risk", ratio, 0, 1)], params=params)
+        client.set_terminated(run, "FINISHED")
+        parents.append(parent)
+    assert load_runs(uri, "lesson")["mask_ratio"].tolist() == [0.75]
+    assert load_runs(uri, "lesson", parent_run_id=parents[0])["mask_ratio"].tolist() == [0.5]
+    with pytest.raises(ReportError, match="--run nope is not a run of study 'lesson'"):
+        load_runs(uri, "lesson", parent_run_id="nope")

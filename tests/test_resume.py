@@ -10,6 +10,7 @@ import sys
 import time
 
 import mlflow
+import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -58,10 +59,17 @@ def test_sigkilled_study_resumes_to_one_finished_run_per_cell(tmp_path):
             break
         assert driver.poll() is None, driver.stdout.read()
     assert finished_before is not None, "no trial finished in time"
+    # The crash takes the driver's whole Ray tree with it (GCS, raylet, workers) and nothing
+    # else: a global `ray stop` would also kill any study the user is running on this machine.
+    own_ray = psutil.Process(driver.pid).children(recursive=True)
     os.killpg(driver.pid, signal.SIGKILL)
     driver.wait()
-    subprocess.run(["ray", "stop", "--force"], env=ENV, capture_output=True,
-                   executable=os.path.join(os.path.dirname(sys.executable), "ray"))
+    for process in own_ray:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(own_ray, timeout=30)
 
     resumed = cli(*ARGS, "--resume", cwd=tmp_path)
     output, _ = resumed.communicate(timeout=400)
