@@ -116,9 +116,15 @@ def save_state(out_dir: Path, state: dict[str, Any]) -> None:
 
 
 def check_resume(plan: StudyPlan, options: RunOptions) -> dict[str, Any] | None:
-    """The saved state to resume, or None for a fresh study; refuses a changed grid."""
+    """The saved state to resume, or None for a fresh study; refuses a changed grid, and refuses
+    to start afresh over an interrupted study (its state would be overwritten, and with it the
+    only way to resume it)."""
     state = load_state(options.out_dir)
     if not options.resume:
+        if state is not None and not state.get("complete", False):
+            name = f" ({state['name']})" if state.get("name") else ""
+            raise StudySetupError(f"{options.out_dir} holds an unfinished study{name}: pass --resume "
+                                  "to continue it, or --out FOLDER to start anew")
         return None
     from ray.tune import Tuner
 
@@ -319,5 +325,6 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None) -> dict[str, 
     errored = sum(1 for r in results if r.error is not None)
     diverged = sum(1 for r in results if (r.metrics or {}).get("diverged") == 1.0)
     client.set_terminated(state["parent_run_id"], "FAILED" if errored else "FINISHED")
-    state.update(trials=len(results), errored=errored, diverged=diverged)
+    state.update(trials=len(results), errored=errored, diverged=diverged, complete=errored == 0)
+    save_state(options.out_dir, state)  # complete: a fresh run may now replace it
     return state

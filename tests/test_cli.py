@@ -72,6 +72,7 @@ BAD_INVOCATIONS = [
     (["run", "mask_ratio", "--smoke", "--resume"], "no study to resume"),
     (["run", "mask_ratio", "--smoke", "--address", "127.0.0.1:1"], "no Ray cluster reachable"),
     (["run", "mask_ratio", "--smoke", "--resume", "steps=7"], "the grid differs"),
+    (["run", "mask_ratio", "--smoke", "steps=7"], "holds an unfinished study"),
     (["run", "mask_ratio", "--smoke", "--max-concurrent", "0"], "--max-concurrent"),
     (["report", "mask_ratio"], "mask_ratio"),
     (["report", "no_such_study"], "no_such_study"),

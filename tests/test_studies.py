@@ -85,3 +85,18 @@ def test_asha_scheduler_runs_an_exploratory_sweep(tmp_path, local_ray):
     assert state["errored"] == 0
     runs = children(f"sqlite:///{tmp_path}/mlflow.db", state["parent_run_id"])
     assert runs["tags.cell_id"].nunique() == len(runs) <= len(plan.cells)
+
+
+def test_a_fresh_run_replaces_only_a_complete_study(tmp_path):
+    from studies.runner import StudySetupError, check_resume, save_state
+
+    plan = plan_study(get_study("mask_ratio"), smoke=True, overrides={})
+    state = {"study": "mask_ratio", "name": "mask_ratio-smoke-1", "cells": [], "ray_path": str(tmp_path)}
+    save_state(tmp_path / "study", state)  # interrupted: the driver never marked it complete
+    with pytest.raises(StudySetupError, match=r"unfinished study \(mask_ratio-smoke-1\).*--resume"):
+        check_resume(plan, options(tmp_path))
+    save_state(tmp_path / "study", {**state, "complete": False})  # ended with errored trials
+    with pytest.raises(StudySetupError, match="unfinished"):
+        check_resume(plan, options(tmp_path))
+    save_state(tmp_path / "study", {**state, "complete": True})
+    assert check_resume(plan, options(tmp_path)) is None
