@@ -52,6 +52,9 @@ class StudyProgress(Callback):
             self._line(f"diverged {_label(trial)}: {result.get('failure_reason', '')}")
             return
         self.done.add(trial.trial_id)
+        if "train_seconds" not in result:  # a scheduler (ASHA) ended it before its evaluation
+            self._line(f"stopped early {_label(trial)}")
+            return
         value = result.get(self.metric)
         if value is not None and value == value:
             better = self.best is None or (value < self.best[0] if self.mode == "min" else value > self.best[0])

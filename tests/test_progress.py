@@ -1,0 +1,28 @@
+"""The live progress lines: what each trial's end is called, and the best value so far."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from studies.progress import StudyProgress
+
+
+def trial(trial_id: str, ratio: float, **result) -> SimpleNamespace:
+    return SimpleNamespace(trial_id=trial_id, config={"mask_ratio": ratio}, last_result=result)
+
+
+def test_each_end_of_a_trial_is_named_and_counted(capsys):
+    progress = StudyProgress(total=4)
+    ends = [trial("a", 0.5, train_seconds=3.0, test_mae_risk=0.07),
+            trial("b", 0.75, train_seconds=3.0, test_mae_risk=0.05),
+            trial("c", 0.9, train_loss=0.3),  # stopped by ASHA before its evaluation
+            trial("d", 0.25, diverged=1.0, failure_reason="non-finite loss at step t=3")]
+    for t in ends:
+        progress.on_trial_start(0, [], t)
+        progress.on_trial_complete(0, [], t)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "started" not in line]
+    assert "finished mask_ratio=0.5" in lines[0]
+    assert "finished mask_ratio=0.75" in lines[1] and "best test_mae_risk 0.05 (mask_ratio=0.75)" in lines[1]
+    assert "stopped early mask_ratio=0.9" in lines[2] and "best test_mae_risk 0.05" in lines[2]
+    assert "diverged mask_ratio=0.25: non-finite loss" in lines[3]
+    assert lines[3].startswith("[4/4 done, 0 running, 1 failed]")
