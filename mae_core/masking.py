@@ -37,12 +37,14 @@ def _block(batch_size: int, num_patches: int, num_visible: int, grid: tuple[int,
            generator: torch.Generator | None) -> torch.Tensor:
     # BEiT-style block-wise masking: rectangles of random size and aspect are masked one after
     # another until M-k positions are covered; the last block is cut to hit M-k exactly.
+    # The bookkeeping is plain Python (torch ops on single elements cost microseconds each); the
+    # draws come from ``generator`` in a fixed order, so a seed always gives the same masks.
     rows, cols = grid
     num_masked = num_patches - num_visible
-    out = torch.empty(batch_size, num_visible, dtype=torch.long)
-    for b in range(batch_size):
+    out = []
+    for _ in range(batch_size):
         order: list[int] = []
-        covered = torch.zeros(num_patches, dtype=torch.bool)
+        covered = [False] * num_patches
         while len(order) < num_masked:
             area = int(torch.randint(1, max(2, num_masked - len(order) + 1), (1,), generator=generator))
             log_aspect = (torch.rand(1, generator=generator).item() * 2 - 1) * math.log(3.0)
@@ -50,34 +52,33 @@ def _block(batch_size: int, num_patches: int, num_visible: int, grid: tuple[int,
             w = max(1, min(cols, round(math.sqrt(area / math.exp(log_aspect)))))
             top = int(torch.randint(0, rows - h + 1, (1,), generator=generator))
             left = int(torch.randint(0, cols - w + 1, (1,), generator=generator))
-            cells = [r * cols + c for r in range(top, top + h) for c in range(left, left + w)]
-            new = [j for j in cells if not covered[j]]
-            perm = torch.randperm(len(new), generator=generator).tolist()
-            for i in perm:
+            new = [r * cols + c for r in range(top, top + h) for c in range(left, left + w) if not covered[r * cols + c]]
+            for i in torch.randperm(len(new), generator=generator).tolist():
                 covered[new[i]] = True
                 order.append(new[i])
-        masked = torch.zeros(num_patches, dtype=torch.bool)
-        masked[order[:num_masked]] = True
-        out[b] = torch.nonzero(~masked).flatten()
-    return out
+        masked = set(order[:num_masked])
+        out.append([j for j in range(num_patches) if j not in masked])
+    return torch.tensor(out, dtype=torch.long).view(batch_size, num_visible)
 
 
 def _grid(batch_size: int, num_patches: int, num_visible: int, grid: tuple[int, int],
           generator: torch.Generator | None) -> torch.Tensor:
     # Regular lattice: keep one patch of every s×s cell (s from the ratio, s=2 at ρ=0.75 on an
     # even grid as in the paper), at a random phase; other phases fill in when k is not M/s².
+    # There are only s² phases: each one's visible set is built once, then indexed per image.
     rows, cols = grid
     stride = max(1, round(math.sqrt(num_patches / num_visible)))
     r = torch.arange(num_patches) // cols
     c = torch.arange(num_patches) % cols
     phase_class = (r % stride) * stride + (c % stride)
-    out = torch.empty(batch_size, num_visible, dtype=torch.long)
-    for b in range(batch_size):
-        start = int(torch.randint(0, stride * stride, (1,), generator=generator))
-        rank = (phase_class - start) % (stride * stride)
-        order = torch.argsort(rank * num_patches + torch.arange(num_patches))
-        out[b] = order[:num_visible]
-    return out
+    phases = stride * stride
+    by_phase = torch.stack([
+        torch.argsort(((phase_class - start) % phases) * num_patches + torch.arange(num_patches))[:num_visible]
+        for start in range(phases)
+    ])  # [s², k]
+    starts = torch.cat([torch.randint(0, phases, (1,), generator=generator) for _ in range(batch_size)]) \
+        if batch_size else torch.zeros(0, dtype=torch.long)
+    return by_phase[starts]
 
 
 _SAMPLERS: dict[str, Callable[..., torch.Tensor]] = {
