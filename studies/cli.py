@@ -192,12 +192,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (UnknownStudyError, StudySetupError) as error:
         raise UsageError(str(error)) from None
 
-    from .progress import StudyProgress
+    from .progress import StudyProgress, progress_metric
 
     header = (f"study {study.name} ({study.paper}): {len(plan.cells)} trials, axes "
               + ", ".join(f"{k}={v}" for k, v in plan.axes.items()))
     try:  # run_study checks the address and the resume state before Ray or MLflow start
-        state = run_study(plan, options, progress=StudyProgress(total=len(plan.cells), header=header))
+        progress = StudyProgress(total=len(plan.cells), header=header, metric=progress_metric(plan.axes))
+        state = run_study(plan, options, progress=progress)
     except StudySetupError as error:
         raise UsageError(str(error)) from None
     print(f"study {study.name}: {state['trials']} trials, {state['errored']} errored, "

@@ -13,11 +13,21 @@ def _duration(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+# Axes across which test_mae_risk changes its meaning (units of the target, the number k of
+# visible patches, the images): a "best so far" over such cells would compare unlike numbers.
+RISK_MEANING_AXES = frozenset({"target", "mask_ratio", "dataset", "patch_size"})
+
+
+def progress_metric(axes) -> str | None:
+    """The metric whose best value the progress line may show for a grid over ``axes``."""
+    return None if RISK_MEANING_AXES & set(axes) else "test_mae_risk"
+
+
 class StudyProgress(Callback):
     """Prints one line whenever a trial starts, finishes or fails (plain text: it must pickle,
-    because Ray stores the run configuration for ``--resume``)."""
+    because Ray stores the run configuration for ``--resume``). ``metric=None`` shows no best."""
 
-    def __init__(self, total: int, header: str = "", metric: str = "test_mae_risk", mode: str = "min"):
+    def __init__(self, total: int, header: str = "", metric: str | None = "test_mae_risk", mode: str = "min"):
         self.total, self.header, self.metric, self.mode = total, header, metric, mode
         self.started_at = time.monotonic()
         self.running: set[str] = set()
@@ -55,7 +65,7 @@ class StudyProgress(Callback):
         if "train_seconds" not in result:  # a scheduler (ASHA) ended it before its evaluation
             self._line(f"stopped early {_label(trial)}")
             return
-        value = result.get(self.metric)
+        value = result.get(self.metric) if self.metric else None
         if value is not None and value == value:
             better = self.best is None or (value < self.best[0] if self.mode == "min" else value > self.best[0])
             if better:

@@ -26,3 +26,14 @@ def test_each_end_of_a_trial_is_named_and_counted(capsys):
     assert "stopped early mask_ratio=0.9" in lines[2] and "best test_mae_risk 0.05" in lines[2]
     assert "diverged mask_ratio=0.25: non-finite loss" in lines[3]
     assert lines[3].startswith("[4/4 done, 0 running, 1 failed]")
+
+
+def test_no_best_is_shown_across_cells_whose_risks_mean_different_things(capsys):
+    from studies.progress import progress_metric
+
+    assert progress_metric({"decoder_depth": [1, 2], "seed": [0]}) == "test_mae_risk"
+    for axis in ("mask_ratio", "target", "dataset", "patch_size"):
+        assert progress_metric({axis: [1, 2], "seed": [0]}) is None
+    progress = StudyProgress(total=1, metric=None)
+    progress.on_trial_complete(0, [], trial("a", 0.5, train_seconds=3.0, test_mae_risk=0.07))
+    assert "best" not in capsys.readouterr().err
