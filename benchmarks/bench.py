@@ -119,12 +119,17 @@ def peer_step(config: Config, images: torch.Tensor) -> Callable[[], None]:
     return step
 
 
-def bench_training_step(peak: float, rounds: int) -> dict[str, float]:
-    config = Config(**STEP_MODEL)
-    images = prepare_data(config.with_updates(train_limit=config.batch_size)).train_patches
+def step_images(config: Config) -> torch.Tensor:
+    """One batch of the step model's photo crops as images ``[B,C,H,W]`` (the peer takes pixels)."""
     from mae_core.patches import unpatchify
 
-    images = unpatchify(images, config.resolved_patch_size, config.image_shape)
+    patches = prepare_data(config.with_updates(train_limit=config.batch_size)).train_patches
+    return unpatchify(patches, config.resolved_patch_size, config.image_shape)
+
+
+def bench_training_step(peak: float, rounds: int) -> dict[str, float]:
+    config = Config(**STEP_MODEL)
+    images = step_images(config)
     ours, peer = our_step(config, images), peer_step(config, images)
     flops = _flops(ours)
     seconds = _alternate({"ours": ours, "peer": peer}, rounds)
@@ -154,10 +159,7 @@ def bench_compile(peak: float, rounds: int) -> dict[str, float | None]:
     alternated; the compiled step's speed-up over eager and over the peer, its peak fraction,
     and the number of steps after which compiling has paid for itself."""
     config = Config(**STEP_MODEL)
-    images = prepare_data(config.with_updates(train_limit=config.batch_size)).train_patches
-    from mae_core.patches import unpatchify
-
-    images = unpatchify(images, config.resolved_patch_size, config.image_shape)
+    images = step_images(config)
     steps = {"eager": our_step(config, images), "compiled": our_step(config, images, compiled=True)}
     first = _seconds(steps["compiled"])
     flops = _flops(steps["eager"])

@@ -76,9 +76,7 @@ def _grid(batch_size: int, num_patches: int, num_visible: int, grid: tuple[int, 
         torch.argsort(((phase_class - start) % phases) * num_patches + torch.arange(num_patches))[:num_visible]
         for start in range(phases)
     ])  # [s², k]
-    starts = torch.cat([torch.randint(0, phases, (1,), generator=generator) for _ in range(batch_size)]) \
-        if batch_size else torch.zeros(0, dtype=torch.long)
-    return by_phase[starts]
+    return by_phase[torch.randint(0, phases, (batch_size,), generator=generator)]
 
 
 _SAMPLERS: dict[str, Callable[..., torch.Tensor]] = {

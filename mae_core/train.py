@@ -232,20 +232,19 @@ def train(
         for group in optimizer.param_groups:
             group["lr"] = lr
         index = torch.randint(n, (config.batch_size,), generator=sampler)  # I_t, drawn on the CPU
+        on_device = index.to(device, non_blocking=True)
+        x, target = train_on_device[on_device], targets_on_device[on_device]
         if config.objective == "mae":
             visible = sample_visible(config.batch_size, num_patches, k, sampler,
                                      config.mask_sampling, config.grid)  # V_t
-            on_device = index.to(device, non_blocking=True)
-            x, target = train_on_device[on_device], targets_on_device[on_device]
             visible = visible.to(device, non_blocking=True)
             with autocast:
                 pred = step_fn(x, visible)
             loss = masked_mse(pred.float(), target, visible).mean()
         else:
-            x, target = train_patches[index], targets[index]
             if config.objective == "dae":  # the corruption draws from the same CPU sampler
-                x = corrupt(x, config.resolved_corruption, config.corruption_level, sampler)
-            x, target = x.to(device, non_blocking=True), target.to(device, non_blocking=True)
+                x = corrupt(train_patches[index], config.resolved_corruption, config.corruption_level,
+                            sampler).to(device, non_blocking=True)
             with autocast:
                 pred = step_fn(x)
             loss = reconstruction_mse(pred.float(), target).mean()

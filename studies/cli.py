@@ -100,8 +100,7 @@ def _interrupted(state: dict[str, Any], steps: int, tracking_uri: str) -> bool:
     if int(state["step"]) < steps:
         return True
     run_id = state.get("extra", {}).get("mlflow_run_id")
-    store = Path(tracking_uri.removeprefix("sqlite:///"))
-    if not run_id or (tracking_uri.startswith("sqlite:///") and not store.is_file()):
+    if not run_id or _missing_sqlite_store(tracking_uri):
         return False  # no run to finish: nothing is lost by starting again
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
@@ -219,8 +218,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if bad or not formats:
         raise UsageError(f"--format {args.format}: allowed formats are png, pdf, svg")
     tracking_uri = args.tracking_uri or _default_uri(Path.cwd())
-    store = Path(tracking_uri.removeprefix("sqlite:///"))
-    if tracking_uri.startswith("sqlite:///") and not store.is_file():
+    store = _missing_sqlite_store(tracking_uri)
+    if store is not None:
         raise UsageError(f"no runs of study {args.study}: no MLflow store at {store} "
                          f"(run `mae-study run {args.study}` first, or pass --tracking-uri)")
     out = writable_folder(Path(args.out or Path("mae_runs") / args.study / "report"), "--out")
@@ -246,6 +245,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(md_path.read_text())
         print(f"written: {json_path} and {md_path}")
     return 0
+
+
+def _missing_sqlite_store(tracking_uri: str) -> Path | None:
+    """The SQLite file ``tracking_uri`` names when it does not exist (reading must not create it)."""
+    store = Path(tracking_uri.removeprefix("sqlite:///"))
+    return store if tracking_uri.startswith("sqlite:///") and not store.is_file() else None
 
 
 def _default_uri(folder: Path) -> str:
