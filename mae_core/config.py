@@ -87,6 +87,7 @@ class Config(BaseModel):
     log_every: int = Field(50, ge=1)  # steps between train_loss records
     checkpoint_every: int = Field(500, ge=0)  # steps between checkpoints; 0 = only at the end
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # forward pass; auto = bf16 on CUDA, fp32 on the CPU
     compile: Literal["auto"] | bool = "auto"  # torch.compile; auto: runs of >= COMPILE_AUTO_MIN_STEPS updates
 
     def __init__(self, **keys: Any):

@@ -190,7 +190,8 @@ class MaskedAutoencoder(nn.Module):
         if self.encoder_mask_token is None:
             return self.encoder(embedded, visible)
         batch, width = values.shape[0], embedded.shape[-1]
-        full = self.encoder_mask_token.expand(batch, self.num_patches, width)
+        # Under autocast the embedding is bf16/fp16 while the token parameter stays fp32.
+        full = self.encoder_mask_token.to(embedded.dtype).expand(batch, self.num_patches, width)
         full = full.scatter(1, visible[..., None].expand(-1, -1, width), embedded)
         all_positions = torch.arange(self.num_patches, device=values.device).expand(batch, -1)
         return self.encoder(full, all_positions)
@@ -209,7 +210,8 @@ class MaskedAutoencoder(nn.Module):
         if self.encoder_mask_token is None:
             # Restore the original order: m at every slot, then the visible tokens put back.
             batch, width = y.shape[0], y.shape[-1]
-            full = self.mask_token.expand(batch, self.num_patches, width)
+            # Under autocast y is bf16/fp16 while the token parameter stays fp32.
+            full = self.mask_token.to(y.dtype).expand(batch, self.num_patches, width)
             y = full.scatter(1, visible[..., None].expand(-1, -1, width), y)
         y = y + self.decoder_positions()  # position information for all M slots
         if cls is not None:

@@ -35,6 +35,7 @@ from .masking import sample_visible
 from .models import build_model
 from .objectives import masked_mse, reconstruction_mse
 from .patches import patchify
+from .precision import autocast, grad_scaler
 from .targets import apply_target, require_norm_domain
 
 
@@ -189,6 +190,7 @@ def train(
     torch.manual_seed(config.seed)
     model = build_model(config).to(device)
     optimizer = build_optimizer(model, config)
+    scaler = grad_scaler(config.precision, device)  # a no-op unless precision=fp16
     sampler = torch.Generator().manual_seed(config.seed + 1)  # draws I_t, V_t and corruptions
     history: list[tuple[int, float]] = []
     start, resumed_from, warnings = 0, None, []
@@ -196,13 +198,15 @@ def train(
     if checkpoint_path is not None:
         state, warnings = load_latest_checkpoint(checkpoint_path)
         if state is not None:
-            changed = sorted(k for k, v in config.resolved().items() if state["config"].get(k) != v)
+            changed = _changed_keys(config, state["config"])
             if changed:
                 raise CheckpointError(f"checkpoint {checkpoint_path} was written with different "
                                       f"values of {', '.join(changed)}; resume with the same config")
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
             sampler.set_state(state["sampler"])
+            if "scaler" in state:
+                scaler.load_state_dict(state["scaler"])
             start = resumed_from = int(state["step"])
             history = [(int(s), float(v)) for s, v in state["history"]]
             # a checkpoint between two records carries the partial sum, so the resumed history
@@ -217,7 +221,7 @@ def train(
     # the B indices and visible sets there, and nothing comes back until a record is due.
     train_on_device, targets_on_device = train_patches.to(device), targets.to(device)
     step_fn = torch.compile(model) if config.compile_enabled else model
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+    forward_precision = autocast(config.precision, device)  # the loss below is always fp32
     peak = config.actual_lr
     running = torch.tensor(running_sum, dtype=torch.float64, device=device)
     watch = DivergenceWatch(device)
@@ -238,20 +242,24 @@ def train(
             visible = sample_visible(config.batch_size, num_patches, k, sampler,
                                      config.mask_sampling, config.grid)  # V_t
             visible = visible.to(device, non_blocking=True)
-            with autocast:
+            with forward_precision:
                 pred = step_fn(x, visible)
             loss = masked_mse(pred.float(), target, visible).mean()
         else:
             if config.objective == "dae":  # the corruption draws from the same CPU sampler
                 x = corrupt(train_patches[index], config.resolved_corruption, config.corruption_level,
                             sampler).to(device, non_blocking=True)
-            with autocast:
+            with forward_precision:
                 pred = step_fn(x)
             loss = reconstruction_mse(pred.float(), target).mean()
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        watch.observe(t, loss, model)
-        optimizer.step()
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)  # the true gradient, for the watch (identity unless fp16)
+        # Under fp16 an overflowing gradient is the scaler's business (it skips that update and
+        # lowers the scale); only a non-finite loss means the run itself diverged.
+        watch.observe(t, loss, model, check_gradients=not scaler.is_enabled())
+        scaler.step(optimizer)
+        scaler.update()
 
         running += loss.detach().double()
         since_log += 1
@@ -272,12 +280,21 @@ def train(
                 "sampler": sampler.get_state(), "history": history,
                 "running_sum": float(running), "since_log": since_log,
                 "config": config.resolved(), "extra": checkpoint_extra or {},
+                "scaler": scaler.state_dict(),
             })
             if on_checkpoint is not None:
                 on_checkpoint(done, checkpoint_path)
     model.eval()
     return TrainResult(model=model, steps=config.steps, history=history,
                        resumed_from=resumed_from, warnings=warnings)
+
+
+def _changed_keys(config: Config, saved: dict[str, Any]) -> list[str]:
+    """Keys whose value differs from a checkpoint's config. A key the checkpoint predates
+    (added to Config later) counts as unchanged while it keeps its default."""
+    defaults = {name: field.default for name, field in Config.model_fields.items()}
+    return sorted(k for k, v in config.resolved().items()
+                  if saved.get(k, defaults.get(k, v)) != v)
 
 
 class DivergenceWatch:
@@ -292,8 +309,8 @@ class DivergenceWatch:
         self.first_bad = torch.full((), -1, dtype=torch.long, device=device)
         self.loss_was_bad = torch.zeros((), dtype=torch.bool, device=device)
 
-    def observe(self, step: int, loss: torch.Tensor, model: nn.Module) -> None:
-        grads = [p.grad for p in model.parameters() if p.grad is not None]
+    def observe(self, step: int, loss: torch.Tensor, model: nn.Module, check_gradients: bool = True) -> None:
+        grads = [p.grad for p in model.parameters() if p.grad is not None] if check_gradients else []
         loss_ok = torch.isfinite(loss.detach())
         grads_ok = (torch.isfinite(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))))
                     if grads else torch.ones_like(loss_ok))

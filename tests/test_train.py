@@ -139,6 +139,8 @@ def _stop_at(step):
     dict(),  # adamw, mae
     dict(optimizer="sgd", lr=0.05),
     dict(objective="dae"),  # the corruption draws come from the same sampler
+    dict(precision="bf16"),
+    dict(precision="fp16"),  # the gradient scaler's state travels in the checkpoint
 ])
 def test_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path, overrides):
     config = tiny_config(steps=20, checkpoint_every=10, log_every=3, **overrides)
