@@ -47,6 +47,15 @@ class NonFiniteError(FloatingPointError):
         super().__init__(f"non-finite {what} at step t={step} (lr={lr:.3g}); the spec requires a finite gradient at every iterate")
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """The caller asked the loop to stop (Ctrl-C, SIGTERM); it stopped after update ``step``,
+    with a checkpoint of that step written when the run has a checkpoint path."""
+
+    def __init__(self, step: int, checkpoint: Path | None):
+        self.step, self.checkpoint = step, checkpoint
+        super().__init__(f"interrupted after step {step}")
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint file cannot be read (for example truncated by a crash mid-write)."""
 
@@ -184,8 +193,13 @@ def train(
     on_log: Callable[[int, dict[str, float]], None] | None = None,
     on_checkpoint: Callable[[int, Path], None] | None = None,
     checkpoint_extra: dict[str, Any] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> TrainResult:
-    """Run the J updates of the spec's procedure; resume from ``checkpoint_path`` if it exists."""
+    """Run the J updates of the spec's procedure; resume from ``checkpoint_path`` if it exists.
+
+    ``should_stop()`` is asked after every update; when it says yes the loop checkpoints that
+    step (so nothing is lost) and raises :class:`TrainingInterrupted`.
+    """
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
     model = build_model(config).to(device)
@@ -198,7 +212,7 @@ def train(
     if checkpoint_path is not None:
         state, warnings = load_latest_checkpoint(checkpoint_path)
         if state is not None:
-            changed = _changed_keys(config, state["config"])
+            changed = changed_keys(config, state["config"])
             if changed:
                 raise CheckpointError(f"checkpoint {checkpoint_path} was written with different "
                                       f"values of {', '.join(changed)}; resume with the same config")
@@ -274,6 +288,10 @@ def train(
                 on_log(done, {"train_loss": history[-1][1]})
             running.zero_()
             since_log = 0
+        stop = should_stop is not None and should_stop()
+        if stop and checkpoint_path is not None and not checkpoint_due:
+            watch.check(lr_at)
+            checkpoint_due = True
         if checkpoint_due:
             save_checkpoint(checkpoint_path, {
                 "step": done, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -282,14 +300,16 @@ def train(
                 "config": config.resolved(), "extra": checkpoint_extra or {},
                 "scaler": scaler.state_dict(),
             })
-            if on_checkpoint is not None:
+            if on_checkpoint is not None and not stop:
                 on_checkpoint(done, checkpoint_path)
+        if stop:
+            raise TrainingInterrupted(done, checkpoint_path)
     model.eval()
     return TrainResult(model=model, steps=config.steps, history=history,
                        resumed_from=resumed_from, warnings=warnings)
 
 
-def _changed_keys(config: Config, saved: dict[str, Any]) -> list[str]:
+def changed_keys(config: Config, saved: dict[str, Any]) -> list[str]:
     """Keys whose value differs from a checkpoint's config. A key the checkpoint predates
     (added to Config later) counts as unchanged while it keeps its default."""
     defaults = {name: field.default for name, field in Config.model_fields.items()}

@@ -72,7 +72,7 @@ def writable_folder(path: Path, what: str) -> Path:
         raise UsageError(f"{what} {error}") from None
 
 
-def checkpoint_for_train(path: Path, steps: int, tracking_uri: str, *, resume: bool) -> Path:
+def checkpoint_for_train(path: Path, config: Config, tracking_uri: str, *, resume: bool) -> Path:
     """The checkpoint file ``mae-study train`` writes, after deciding what an existing one means.
 
     Every run checkpoints (``checkpoint_every``). ``--resume`` continues the run whose checkpoint
@@ -80,12 +80,17 @@ def checkpoint_for_train(path: Path, steps: int, tracking_uri: str, *, resume: b
     would lose the user's work), while one of a finished run is removed (it is kept as that
     run's MLflow artifact) and training starts afresh.
     """
-    from mae_core.train import load_latest_checkpoint
+    from mae_core.train import changed_keys, load_latest_checkpoint
 
+    steps = config.steps
     state, _ = load_latest_checkpoint(path)
     if resume:
         if state is None:
             raise UsageError(f"--resume: no readable checkpoint at {path}; run without --resume to start")
+        changed = changed_keys(config, state["config"])
+        if changed:
+            raise UsageError(f"--resume: {path} was written with other values of {', '.join(changed)}; "
+                             "resume with the same keys, or run without --resume in another --out")
         return path
     if state is None or not _interrupted(state, steps, tracking_uri):
         for stale in (path, path.with_name(path.name + ".prev")):
@@ -127,11 +132,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from analysis.probes import probe_metrics
 
+    from .interrupts import Interruption
     from .trial import run_trial, trial_run_name
 
     console = Console(stderr=True)
     run_name = trial_run_name(config)
-    checkpoint = checkpoint_for_train(out / "checkpoints" / f"{run_name}.pt", config.steps,
+    checkpoint = checkpoint_for_train(out / "checkpoints" / f"{run_name}.pt", config,
                                       tracking_uri, resume=args.resume)
     console.print(f"[bold]{run_name}[/]  M={config.num_patches} q={config.patch_dim} "
                   f"k={config.num_visible} ρ_eff={config.effective_mask_ratio:.3f}  "
@@ -141,18 +147,46 @@ def cmd_train(args: argparse.Namespace) -> int:
                TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("train", total=config.steps, loss="-")
+        interruption = Interruption()
         try:
-            outcome = run_trial(
-                config, data, tracking_uri=tracking_uri, experiment=args.experiment, run_name=run_name,
-                checkpoint_path=checkpoint,
-                on_progress=lambda step, m: progress.update(task, completed=step, loss=f"{m['train_loss']:.4f}"),
-                evaluate=probe_metrics,
-            )
+            with interruption.installed():
+                outcome = run_trial(
+                    config, data, tracking_uri=tracking_uri, experiment=args.experiment, run_name=run_name,
+                    checkpoint_path=checkpoint,
+                    on_progress=lambda step, m: progress.update(task, completed=step, loss=f"{m['train_loss']:.4f}"),
+                    evaluate=probe_metrics, interruption=interruption,
+                )
         except NonFiniteError as error:
             _fail(str(error), status=1)
+        except KeyboardInterrupt as stop:
+            progress.stop()
+            return _train_interrupted(args, interruption, checkpoint, getattr(stop, "step", None))
     _print_metrics(console, outcome.metrics)
     console.print(f"MLflow run {outcome.run_id} in {tracking_uri} (experiment {args.experiment})")
     return 0
+
+
+def _train_interrupted(args: argparse.Namespace, interruption, checkpoint: Path, step: int | None) -> int:
+    """Say what an interrupted ``train`` left behind and the command that continues it."""
+    from .interrupts import EXIT_INTERRUPTED
+
+    where = f"after step {step}" if step is not None else "during evaluation or start-up"
+    if checkpoint.exists():
+        print(f"mae-study: interrupted by {interruption.reason} {where}; the MLflow run is KILLED and "
+              f"its checkpoint is kept at {checkpoint}. Continue with:\n  "
+              f"{_same_command(args, resume=True)}", file=sys.stderr)
+    else:
+        print(f"mae-study: interrupted by {interruption.reason} before the first checkpoint; nothing to "
+              f"resume. Start again with:\n  {_same_command(args, resume=False)}", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def _same_command(args: argparse.Namespace, *, resume: bool) -> str:
+    """The command the user typed, with ``--resume`` added (or removed)."""
+    from .interrupts import command_line
+
+    words = [word for word in args.argv if word != "--resume"]
+    return command_line(["mae-study", *words, *(["--resume"] if resume else [])])
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -191,15 +225,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (UnknownStudyError, StudySetupError) as error:
         raise UsageError(str(error)) from None
 
+    from .interrupts import EXIT_INTERRUPTED, Interruption, sigterm_as_sigint
     from .progress import StudyProgress, progress_metric
+    from .runner import StudyInterrupted
 
     header = (f"study {study.name} ({study.paper}): {len(plan.cells)} trials, axes "
               + ", ".join(f"{k}={v}" for k, v in plan.axes.items()))
+    interruption = Interruption()
     try:  # run_study checks the address and the resume state before Ray or MLflow start
         progress = StudyProgress(total=len(plan.cells), header=header, metric=progress_metric(plan.axes))
-        state = run_study(plan, options, progress=progress)
+        with sigterm_as_sigint(interruption):
+            state = run_study(plan, options, progress=progress, interruption=interruption)
     except StudySetupError as error:
         raise UsageError(str(error)) from None
+    except StudyInterrupted as stop:
+        if stop.state is None:
+            print(f"mae-study: interrupted by {stop.reason} before the study was recorded; start it with:"
+                  f"\n  {_same_command(args, resume=False)}", file=sys.stderr)
+        else:
+            print(f"mae-study: study {study.name} interrupted by {stop.reason}; it is recorded as unfinished "
+                  f"(MLflow parent run {stop.state['parent_run_id']} KILLED). Continue with:\n  "
+                  f"{_same_command(args, resume=True)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(f"study {study.name}: {state['trials']} trials, {state['errored']} errored, "
           f"{state['diverged']} diverged; MLflow parent run {state['parent_run_id']} in "
           f"{options.tracking_uri}; next: mae-study report {study.name}", file=sys.stderr)
@@ -323,7 +370,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    logging.getLogger("mlflow").setLevel(logging.WARNING)  # schema-creation chatter
+    # MLflow sets its own level on import; the variable keeps schema-creation chatter away
+    # from this process and from Ray's workers, which inherit it.
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
     try:
         parser = build_parser()
         # key=value may follow options (``run mask_ratio --smoke steps=50``), which a plain
@@ -334,9 +384,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         if extra:
             args.overrides = [*args.overrides, *extra]
+        args.argv = list(sys.argv[1:] if argv is None else argv)
         return args.handler(args)
     except (UsageError, ConfigError, DataError, NormDomainError, PatchSizeError) as error:
         _fail(str(error))
+    except KeyboardInterrupt:  # before any run was created: nothing to record or resume
+        print("mae-study: interrupted before anything was recorded", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -16,15 +16,21 @@ so a study ends with exactly one child run per grid cell.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
+import signal
 import socket
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+
+from ray.tune import Callback
 
 from mae_core.config import Config
 from mae_core.train import prepare_data
@@ -38,6 +44,14 @@ STATE_FILE = "study.json"  # in the study's output folder: parent run id, Ray fo
 
 class StudySetupError(ValueError):
     """Bad input found before Ray starts (one line)."""
+
+
+class StudyInterrupted(Exception):
+    """SIGINT/SIGTERM stopped the study; ``state`` is what was saved (None: nothing recorded yet)."""
+
+    def __init__(self, state: dict[str, Any] | None, reason: str):
+        self.state, self.reason = state, reason
+        super().__init__(f"interrupted by {reason}")
 
 
 @dataclass(frozen=True)
@@ -135,8 +149,9 @@ def check_resume(plan: StudyPlan, options: RunOptions) -> dict[str, Any] | None:
             f"--resume: the grid differs from the interrupted study in {options.out_dir} "
             "(same study, overrides and --smoke are required); run without --resume to start anew"
         )
-    if not Tuner.can_restore(state["ray_path"]):
-        raise StudySetupError(f"--resume: no Ray state to resume in {state['ray_path']}")
+    # Interrupted before Ray wrote anything: the grid starts in Ray afresh, under the same
+    # parent run (cells whose child run already FINISHED are not trained again).
+    state["ray_restorable"] = Tuner.can_restore(state["ray_path"])
     return state
 
 
@@ -241,6 +256,8 @@ def start_ray(address: str | None) -> bool:
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # The classic output honours verbose=0: no configuration box and TensorBoard hint per study.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     if address in (None, "local"):
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
                  configure_logging=False, ignore_reinit_error=True)
@@ -266,28 +283,67 @@ def build_scheduler(name: str, plan: StudyPlan):
                          grace_period=max(1, max_steps // 4), reduction_factor=2)
 
 
-def run_study(plan: StudyPlan, options: RunOptions, progress=None) -> dict[str, Any]:
-    """Run (or resume) the study; returns its state (parent run id, Ray folder, counts)."""
-    from mlflow.tracking import MlflowClient
-    from ray import tune
+def run_study(plan: StudyPlan, options: RunOptions, progress=None, interruption=None) -> dict[str, Any]:
+    """Run (or resume) the study; returns its state (parent run id, Ray folder, counts).
 
-    check_address(options.address)
-    state = check_resume(plan, options)
+    Raises :class:`StudyInterrupted` after SIGINT/SIGTERM (``interruption`` names the signal),
+    with the parent run and every unfinished child run KILLED and the state left incomplete.
+    """
+    from mlflow.tracking import MlflowClient
+
+    state = None
     client = MlflowClient(options.tracking_uri)
-    experiment_id = tracking.ensure_experiment(client, options.experiment, options.tracking_uri)
-    if state is None:
-        name = f"{plan.study.name}{'-smoke' if options.smoke else ''}-{time.strftime('%Y%m%d-%H%M%S')}"
-        parent = tracking.create_run(client, experiment_id, name, tags={
-            "study": plan.study.name, "study_axes": json.dumps([a for a in plan.axes if a != "seed"]),
-            "grid": json.dumps(plan.axes, default=str), "smoke": str(options.smoke),
-            "ray_address": options.address or "local", "paper": plan.study.paper,
-        })
-        state = {"study": plan.study.name, "parent_run_id": parent, "name": name,
-                 "ray_path": str(options.out_dir / "ray" / name),
-                 "cells": sorted(cell_id(c) for c in plan.cells), "axes": plan.axes}
-        save_state(options.out_dir, state)
-    else:
-        client.update_run(state["parent_run_id"], status="RUNNING")
+    try:
+        check_address(options.address)
+        state = check_resume(plan, options)
+        experiment_id = tracking.ensure_experiment(client, options.experiment, options.tracking_uri)
+        if state is None:
+            state = _create_parent(client, experiment_id, plan, options)
+        else:
+            tracking.reopen(client, state["parent_run_id"])
+        STOP_REQUESTED.clear()
+        results = _fit(plan, options, state, progress, interruption)
+        interrupted = STOP_REQUESTED.is_set()
+    except KeyboardInterrupt:
+        interrupted = True
+    reason = interruption.reason if interruption is not None else "SIGINT"
+    if interrupted:
+        if state is not None:
+            tracking.mark_killed(client, state["parent_run_id"], reason)
+            state.update(complete=False, interrupted=reason)
+            save_state(options.out_dir, state)
+        raise StudyInterrupted(state, reason)
+    errored = sum(1 for r in results if r.error is not None)
+    diverged = sum(1 for r in results if (r.metrics or {}).get("diverged") == 1.0)
+    client.set_terminated(state["parent_run_id"], "FAILED" if errored else "FINISHED")
+    state.pop("interrupted", None)
+    state.update(trials=len(results), errored=errored, diverged=diverged, complete=errored == 0)
+    save_state(options.out_dir, state)  # complete: a fresh run may now replace it
+    return state
+
+
+def _create_parent(client, experiment_id: str, plan: StudyPlan, options: RunOptions) -> dict[str, Any]:
+    """The study's parent MLflow run and its saved state (written before Ray starts)."""
+    name = f"{plan.study.name}{'-smoke' if options.smoke else ''}-{time.strftime('%Y%m%d-%H%M%S')}"
+    parent = tracking.create_run(client, experiment_id, name, tags={
+        "study": plan.study.name, "study_axes": json.dumps([a for a in plan.axes if a != "seed"]),
+        "grid": json.dumps(plan.axes, default=str), "smoke": str(options.smoke),
+        "ray_address": options.address or "local", "paper": plan.study.paper,
+    })
+    state = {"study": plan.study.name, "parent_run_id": parent, "name": name,
+             "ray_path": str(options.out_dir / "ray" / name),
+             "cells": sorted(cell_id(c) for c in plan.cells), "axes": plan.axes, "complete": False}
+    save_state(options.out_dir, state)
+    return state
+
+
+def _fit(plan: StudyPlan, options: RunOptions, state: dict[str, Any], progress, interruption=None):
+    """Ray Tune over the grid (restored from its saved state on ``--resume``) -> ResultGrid.
+
+    On SIGINT Ray Tune stops its loop, saves its state and returns the unfinished trials as
+    they are; the caller tells that from a finished grid by the trials' statuses.
+    """
+    from ray import tune
 
     fn = tune.with_parameters(
         trainable, base=plan.base, study_name=plan.study.name, tracking_uri=options.tracking_uri,
@@ -295,36 +351,75 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None) -> dict[str, 
         evaluation=plan.evaluation,
     )
     fn = tune.with_resources(fn, {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial})
-    callbacks = [progress] if progress is not None else []
+    callbacks = [RayStopWatch(), *([progress] if progress is not None else [])]
     # Trials checkpoint every few seconds in smoke mode; Ray's advice to checkpoint less is noise here.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     started = start_ray(options.address)
+    if interruption is not None:
+        interruption.forward_sigterm()
     try:
-        if options.resume:
-            tuner = tune.Tuner.restore(state["ray_path"], fn, resume_unfinished=True, resume_errored=True)
-        else:
-            tuner = tune.Tuner(
-                fn,
-                param_space={axis: tune.grid_search(values) for axis, values in plan.axes.items()},
-                # reuse_actors: a trial process imports torch, MLflow and scikit-learn once, not per trial
-                tune_config=tune.TuneConfig(max_concurrent_trials=options.max_concurrent, reuse_actors=True,
-                                            scheduler=build_scheduler(options.scheduler, plan)),
-                run_config=tune.RunConfig(
-                    name=state["name"], storage_path=str(options.out_dir / "ray"),
-                    failure_config=tune.FailureConfig(max_failures=options.max_failures),
-                    checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-                    callbacks=callbacks, verbose=0,
-                ),
-            )
-        results = tuner.fit()
+        with _quiet_ray_interrupt_hints():
+            if options.resume and state.get("ray_restorable", True):
+                tuner = tune.Tuner.restore(state["ray_path"], fn, resume_unfinished=True, resume_errored=True)
+            else:
+                tuner = tune.Tuner(
+                    fn,
+                    param_space={axis: tune.grid_search(values) for axis, values in plan.axes.items()},
+                    # reuse_actors: a trial process imports torch, MLflow and scikit-learn once, not per trial
+                    tune_config=tune.TuneConfig(max_concurrent_trials=options.max_concurrent, reuse_actors=True,
+                                                scheduler=build_scheduler(options.scheduler, plan)),
+                    run_config=tune.RunConfig(
+                        name=state["name"], storage_path=str(options.out_dir / "ray"),
+                        failure_config=tune.FailureConfig(max_failures=options.max_failures),
+                        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+                        callbacks=callbacks, verbose=0,
+                    ),
+                )
+            return tuner.fit()
     finally:
         if started:
             import ray
 
             ray.shutdown()
-    errored = sum(1 for r in results if r.error is not None)
-    diverged = sum(1 for r in results if (r.metrics or {}).get("diverged") == 1.0)
-    client.set_terminated(state["parent_run_id"], "FAILED" if errored else "FINISHED")
-    state.update(trials=len(results), errored=errored, diverged=diverged, complete=errored == 0)
-    save_state(options.out_dir, state)  # complete: a fresh run may now replace it
-    return state
+
+
+# Set when Ray Tune's loop stopped on a signal. Ray then stops every trial, and they read as
+# TERMINATED like finished ones, so the driver needs its own record of why the loop ended.
+STOP_REQUESTED = threading.Event()
+
+
+class RayStopWatch(Callback):
+    """Notes in :data:`STOP_REQUESTED` that Ray Tune's SIGINT handler (installed by ``fit``
+    before callbacks are set up) was called, then lets it do its graceful stop."""
+
+    def setup(self, **info):
+        ray_handler = signal.getsignal(signal.SIGINT)
+
+        def noting(signum, frame):
+            STOP_REQUESTED.set()
+            if callable(ray_handler):
+                ray_handler(signum, frame)
+            else:
+                raise KeyboardInterrupt
+
+        signal.signal(signal.SIGINT, noting)
+
+
+class _DropRayInterruptHints(logging.Filter):
+    """Ray Tune's advice after Ctrl-C names ``Tuner.restore``; ours (``--resume``) replaces it."""
+
+    HINTS = ("Tuner.restore", "Stop signal received", "Trials did not complete", "Experiment has been interrupted")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(hint in message for hint in self.HINTS)
+
+
+@contextmanager
+def _quiet_ray_interrupt_hints():
+    logger, hints = logging.getLogger("ray.tune.tune"), _DropRayInterruptHints()
+    logger.addFilter(hints)
+    try:
+        yield
+    finally:
+        logger.removeFilter(hints)

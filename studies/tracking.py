@@ -79,3 +79,30 @@ def logged_steps(client: MlflowClient, run_id: str, key: str) -> set[int]:
 
 def set_tags(client: MlflowClient, run_id: str, tags: dict[str, str]) -> None:
     client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+
+def mark_killed(client: MlflowClient, parent_run_id: str, reason: str) -> None:
+    """End an interrupted study's parent run and every unfinished child as KILLED, with the
+    signal as the ``interrupted`` tag (a resumed study reopens them). A child its own worker
+    already ended KILLED (Ray stops trials by raising in them) gets the driver's signal too."""
+    parent = client.get_run(parent_run_id)
+    children = client.search_runs(
+        [parent.info.experiment_id],
+        filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+    )
+    unfinished = [child.info.run_id for child in children if child.info.status in ("RUNNING", "KILLED")]
+    for run_id in unfinished + [parent_run_id]:
+        set_tags(client, run_id, {"interrupted": reason})
+        client.set_terminated(run_id, "KILLED")
+
+
+def reopen(client: MlflowClient, run_id: str) -> None:
+    """Mark a run RUNNING again; an earlier attempt's ``interrupted`` or ``failure_reason`` tag
+    becomes ``resumed_after`` or ``retried_after`` (the run is no longer interrupted or failed,
+    but its history says it was)."""
+    tags = client.get_run(run_id).data.tags
+    for stale, kept in (("interrupted", "resumed_after"), ("failure_reason", "retried_after")):
+        if stale in tags:
+            set_tags(client, run_id, {kept: tags[stale]})
+            client.delete_tag(run_id, stale)
+    client.update_run(run_id, status="RUNNING")

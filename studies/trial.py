@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from mae_core.models import config_variant_name
 from mae_core.train import NonFiniteError, PatchData, load_latest_checkpoint, train
 
 from . import tracking
+from .interrupts import Interruption
 
 
 @dataclass(frozen=True)
@@ -50,17 +52,21 @@ def run_trial(
     on_progress: Callable[[int, dict[str, float]], None] | None = None,
     on_checkpoint: Callable[[int, Path], None] | None = None,
     evaluate: Callable[..., dict[str, float]] | None = None,
+    interruption: Interruption | None = None,
 ) -> TrialOutcome:
     """Train and evaluate ``config`` on ``data``; one MLflow run holds all of it.
 
     ``run_id`` reopens a run the caller made; otherwise the run id kept in the checkpoint is
-    reopened, or a new run is created. ``evaluate(model, config, data)`` adds downstream metrics (probes) when given. A diverging
-    trial ends FAILED with ``failure_step`` and ``failure_reason`` tags, and the error is re-raised.
+    reopened, or a new run is created. ``evaluate(model, config, data)`` adds downstream metrics
+    (probes) when given. A diverging trial ends FAILED with ``failure_step`` and
+    ``failure_reason`` tags, and the error is re-raised. With ``interruption``, a first
+    SIGINT/SIGTERM during training stops after the current update with a checkpoint; an
+    interrupted trial ends KILLED with the signal as its ``interrupted`` tag.
     """
     client = MlflowClient(tracking_uri)
     run_id = run_id or _reopen_or_create(client, config, tracking_uri, experiment, run_name,
                                          parent_run_id, tags, checkpoint_path)
-    client.update_run(run_id, status="RUNNING")
+    tracking.reopen(client, run_id)
     tracking.log_params(client, run_id, config.resolved())
     already = tracking.logged_steps(client, run_id, "train_loss")
 
@@ -72,15 +78,16 @@ def run_trial(
 
     started = time.perf_counter()
     try:
-        result = train(config, data, checkpoint_path=checkpoint_path, on_log=on_log,
-                       on_checkpoint=on_checkpoint, checkpoint_extra={"mlflow_run_id": run_id})
+        with interruption.deferred() if interruption is not None else nullcontext():
+            result = train(config, data, checkpoint_path=checkpoint_path, on_log=on_log,
+                           on_checkpoint=on_checkpoint, checkpoint_extra={"mlflow_run_id": run_id},
+                           should_stop=interruption.requested if interruption is not None else None)
     except NonFiniteError as error:
         tracking.set_tags(client, run_id, {"failure_step": error.step, "failure_reason": str(error)})
         client.set_terminated(run_id, "FAILED")
         raise
     except BaseException as error:  # interrupted: leave the run resumable, say why
-        tracking.set_tags(client, run_id, {"interrupted": type(error).__name__})
-        client.set_terminated(run_id, "KILLED")
+        _mark_interrupted(client, run_id, error, interruption)
         raise
     train_seconds = time.perf_counter() - started
     if result.resumed_from is not None:
@@ -88,9 +95,13 @@ def run_trial(
     if result.warnings:
         tracking.set_tags(client, run_id, {"checkpoint_warning": " | ".join(result.warnings)})
 
-    metrics = reconstruction_metrics(result.model, config, data)
-    if evaluate is not None:
-        metrics.update(evaluate(result.model, config, data))
+    try:
+        metrics = reconstruction_metrics(result.model, config, data)
+        if evaluate is not None:
+            metrics.update(evaluate(result.model, config, data))
+    except BaseException as error:  # e.g. Ctrl-C during the probes: the checkpoint is final
+        _mark_interrupted(client, run_id, error, interruption)
+        raise
     metrics["train_seconds"] = train_seconds
     metrics["effective_mask_ratio"] = config.effective_mask_ratio
     # A trial retried after this point must not log its final metrics a second time.
@@ -105,6 +116,18 @@ def run_trial(
         client.log_artifact(run_id, str(checkpoint_path), artifact_path="checkpoint")
     client.set_terminated(run_id, "FINISHED")
     return TrialOutcome(run_id=run_id, metrics=metrics, train_seconds=train_seconds)
+
+
+def _mark_interrupted(client, run_id: str, error: BaseException, interruption) -> None:
+    """A signal or exit: KILLED with the signal as the ``interrupted`` tag (resumable). Any
+    other error: FAILED with it as ``failure_reason`` (Ray may retry it; a retry reopens the run)."""
+    if isinstance(error, Exception):
+        tracking.set_tags(client, run_id, {"failure_reason": f"{type(error).__name__}: {error}"[:500]})
+        client.set_terminated(run_id, "FAILED")
+        return
+    reason = interruption.reason if interruption is not None else type(error).__name__
+    tracking.set_tags(client, run_id, {"interrupted": reason})
+    client.set_terminated(run_id, "KILLED")
 
 
 def _reopen_or_create(client, config, tracking_uri, experiment, run_name, parent_run_id, tags,
