@@ -3,13 +3,31 @@
 A dataset is named by a spec string: a built-in (``digits``, ``shapes``, ``photos``) or
 ``kind:PATH`` with kind in ``cifar10 | folder | npz``. Everything is loaded lazily and cached per
 (spec, seed); images are float32 ``[N, C, H, W]``, labels int64 ``[N]``.
+
+Split guarantee. In a built-in dataset no test image is byte-equal to a training image, at every
+seed (``Dataset.train_test_duplicates == 0``, checked at load time):
+
+* ``digits``: a seeded, stratified 80/20 split that keeps every copy of an image in one split
+  (load_digits holds no exact duplicates today, so this is the plain stratified split);
+* ``shapes``: plus/circle images at continuous sub-pixel centres, rendered anti-aliased, so two
+  draws are distinct almost surely; a test draw equal to a training image is redrawn anyway;
+* ``photos``: each photo is cut into a 5x5 grid of blocks and 5 blocks chosen by the seed hold
+  its test crops; training crops never touch those blocks, so no test crop shares a pixel with a
+  training crop (and a test crop byte-equal to a training crop, a flat patch of retina's dark rim,
+  is redrawn).
+
+File datasets (``cifar10``, ``folder``, ``npz``) are kept as the user made them: test images that
+equal a training image are counted (``train_test_duplicates``) and reported with a
+``DuplicateSplitWarning``, never dropped.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import pickle
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +53,10 @@ class DataError(ValueError):
     """A dataset spec or file is unusable; the message is one line naming the path or key."""
 
 
+class DuplicateSplitWarning(UserWarning):
+    """A file dataset's test split holds images byte-equal to training images (kept, not dropped)."""
+
+
 @dataclass(frozen=True, eq=False)  # eq=False: comparing tensors field-wise is ambiguous
 class Dataset:
     """Train/test images float32 ``[N, C, H, W]`` and labels int64 ``[N]``; shared via a cache, so
@@ -46,6 +68,8 @@ class Dataset:
     test_images: torch.Tensor
     test_labels: torch.Tensor
     class_names: tuple[str, ...]
+    # Test images byte-equal to some training image (count_split_duplicates); 0 for built-ins.
+    train_test_duplicates: int = 0
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
@@ -120,11 +144,10 @@ def _load_cached(spec: str, seed: int, _stamp: int) -> Dataset:
 
         d = load_digits()
         images = (d.images / 16.0).astype(np.float32)[:, None]
-        arrays = _split(images, d.target, seed)
+        arrays = _split(images, d.target, seed, group_duplicates=True)
         names = tuple(str(i) for i in range(10))
     elif kind == "shapes":
-        rng = np.random.default_rng(6 + seed)
-        arrays = (*_make_shapes(rng, 400), *_make_shapes(rng, 150))  # same rng: the lesson's recipe
+        arrays = _make_shapes(seed)
         names = ("plus", "circle")
     elif kind == "photos":
         arrays, names = _make_photos(seed)
@@ -136,70 +159,225 @@ def _load_cached(spec: str, seed: int, _stamp: int) -> Dataset:
     else:
         arrays, names = _load_npz(path, seed)
     xtr, ytr, xte, yte = (torch.from_numpy(np.ascontiguousarray(a)) for a in arrays)
-    return Dataset(spec, xtr.float(), ytr.long(), xte.float(), yte.long(), tuple(names))
+    xtr, xte = xtr.float(), xte.float()
+    duplicates = count_split_duplicates(xtr, xte)  # on the float32 tensors the studies see
+    if duplicates and path is None:  # a built-in must never leak: a bug, not a user error
+        raise RuntimeError(f"built-in dataset {spec!r} (seed {seed}) has {duplicates} test images "
+                           f"equal to training images")
+    if duplicates:
+        # stacklevel 3: _load_cached <- load_dataset <- the caller
+        warnings.warn(f"dataset {spec!r}: {duplicates} of {len(xte)} test images are byte-equal to a "
+                      f"training image (kept; test scores may be optimistic)",
+                      DuplicateSplitWarning, stacklevel=3)
+    return Dataset(spec, xtr, ytr.long(), xte, yte.long(), tuple(names), duplicates)
 
 
-def _split(images: np.ndarray, labels: np.ndarray, seed: int, where: object = "") -> tuple:
-    """Seeded 80/20 split, stratified when every class is large enough."""
+def count_split_duplicates(train_images: torch.Tensor | np.ndarray,
+                           test_images: torch.Tensor | np.ndarray) -> int:
+    """How many test images ``[N_test, ...]`` are byte-equal to some training image
+    ``[N_train, ...]`` (same dtype expected; -0.0 and 0.0 differ). Hashes each image's raw bytes,
+    then confirms every hash hit byte for byte, so the count is exact."""
+    train, test = _as_rows(train_images), _as_rows(test_images)
+    if train.shape[1:] != test.shape[1:] or train.dtype != test.dtype:
+        return 0  # different shapes or dtypes: no two images can have the same bytes
+    seen = {_digest(row): i for i, row in enumerate(train)}
+    return sum(1 for row in test
+               if (i := seen.get(_digest(row))) is not None and row.tobytes() == train[i].tobytes())
+
+
+def _as_rows(images: torch.Tensor | np.ndarray) -> np.ndarray:
+    """Images [N, ...] -> contiguous numpy [N, D], one row of raw values per image."""
+    a = images.numpy() if isinstance(images, torch.Tensor) else np.asarray(images)
+    return np.ascontiguousarray(a.reshape(len(a), int(np.prod(a.shape[1:]))))  # -1 fails when N = 0
+
+
+def _digest(row: np.ndarray) -> bytes:
+    # 16-byte BLAKE2b keys: a set of them stays small even for CIFAR's 50,000 x 12 KB images.
+    return hashlib.blake2b(row.data, digest_size=16).digest()
+
+
+def _split(images: np.ndarray, labels: np.ndarray, seed: int, where: object = "",
+           group_duplicates: bool = False) -> tuple:
+    """Seeded 80/20 split of images [N, C, H, W] and labels [N] -> (xtr, ytr, xte, yte),
+    stratified when every class is large enough. With ``group_duplicates`` (built-ins only) all
+    copies of an image go to the same split; without duplicates the split is the same either way."""
     from sklearn.model_selection import train_test_split
 
     if len(images) < 2:
         raise DataError(f"need at least 2 images to split into train/test, got {len(images)}: {where}")
+    group, first = _duplicate_groups(images) if group_duplicates else (np.arange(len(images)),) * 2
+    reps = np.arange(len(first))  # one representative per group, in order of first occurrence
     try:
-        xtr, xte, ytr, yte = train_test_split(images, labels, test_size=0.2, random_state=seed,
-                                              stratify=labels)
+        tr, te = train_test_split(reps, test_size=0.2, random_state=seed, stratify=labels[first])
     except ValueError:  # a class with one member, or more classes than test images
-        xtr, xte, ytr, yte = train_test_split(images, labels, test_size=0.2, random_state=seed)
-    return xtr, ytr, xte, yte
+        tr, te = train_test_split(reps, test_size=0.2, random_state=seed)
+    tr, te = _group_members(group, tr), _group_members(group, te)
+    return images[tr], labels[tr], images[te], labels[te]
 
 
-def _make_shapes(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """n plus/circle images [n, 1, 16, 16] in {0, 1} and labels (0 plus, 1 circle)."""
-    yy, xx = np.mgrid[0:16, 0:16]
-    images = np.zeros((n, 1, 16, 16), np.float32)
-    labels = np.zeros(n, np.int64)
-    for i in range(n):
-        shape = rng.choice(["plus", "circle"])
-        cx, cy = rng.integers(4, 12), rng.integers(4, 12)
-        img = images[i, 0]
-        if shape == "plus":
-            img[cy - 1:cy + 2, cx - 3:cx + 4] = 1
-            img[cy - 3:cy + 4, cx - 1:cx + 2] = 1
-        else:
-            img[(xx - cx) ** 2 + (yy - cy) ** 2 <= 9] = 1
-            labels[i] = 1
-    return images, labels
+def _duplicate_groups(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Images [N, ...] -> (group [N]: index of each image's group, first [G]: the image index that
+    opens each group), groups numbered in order of first occurrence; byte-equal images share one."""
+    rows, opened = _as_rows(images), {}
+    group = np.array([opened.setdefault(row.tobytes(), len(opened)) for row in rows], np.int64)
+    first = np.unique(group, return_index=True)[1]
+    return group, first
+
+
+def _group_members(group: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """Image indices [n] of the chosen groups [g], group by group in the order given."""
+    members = [np.flatnonzero(group == g) for g in chosen]
+    return np.concatenate(members) if members else np.zeros(0, np.int64)
+
+
+def _make_shapes(seed: int, n_train: int = 400, n_test: int = 150) -> tuple:
+    """Seed 001's plus/circle task with continuous centres -> (xtr [400, 1, 16, 16], ytr [400],
+    xte [150, 1, 16, 16], yte [150]); values in [0, 1], labels 0 plus, 1 circle.
+
+    The lesson drew integer centres, so 128 images exist and its test set repeated training images
+    (140 of 150 at seed 0). Centres are drawn in [3.5, 11.5) instead and test draws equal to a
+    training image are redrawn, so train and test come from one distribution and share no image.
+    Not chosen: the lesson probe's clipped Gaussian noise (sigma 0.2), which would make the task
+    denoising and leave the all-zero background patches that keep shapes outside D_norm to chance."""
+    rng = np.random.default_rng(6 + seed)
+    xtr, ytr = _draw_shapes(rng, n_train)
+    seen = {_digest(row) for row in _as_rows(xtr)}
+    xs, ys, kept = [], [], 0
+    while kept < n_test:  # one round in practice: continuous centres almost never collide
+        x, y = _draw_shapes(rng, n_test)
+        new = np.array([_digest(row) not in seen for row in _as_rows(x)])
+        xs.append(x[new]), ys.append(y[new])
+        kept += int(new.sum())
+    return xtr, ytr, np.concatenate(xs)[:n_test], np.concatenate(ys)[:n_test]
+
+
+def _draw_shapes(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """n draws -> images float32 [n, 1, 16, 16] and labels int64 [n] (0 plus, 1 circle)."""
+    labels = rng.integers(0, 2, n).astype(np.int64)
+    # the lesson's integer centres 4..11, each spread over its pixel: the shape stays inside 16x16
+    cx, cy = rng.uniform(3.5, 11.5, (2, n))
+    return _render_shapes(labels, cx, cy), labels
+
+
+def _render_shapes(labels: np.ndarray, cx: np.ndarray, cy: np.ndarray) -> np.ndarray:
+    """Labels [n] (0 plus, 1 circle) centred at pixel coordinates (cx, cy) [n] -> anti-aliased
+    images float32 [n, 1, 16, 16] in [0, 1]; the background stays exactly 0."""
+    yy, xx = np.mgrid[0:16, 0:16]  # pixel centres
+    dx, dy = xx - cx[:, None, None], yy - cy[:, None, None]  # [n, 16, 16]
+    plus = _plus_coverage(dx, dy)
+    # ramp from 1 to 0 over one pixel around radius 3; thresholded at 0.5 it is the lesson's
+    # circle (dx² + dy² <= 9) when the centre is an integer
+    circle = np.clip(3.5 - np.hypot(dx, dy), 0.0, 1.0)
+    images = np.where(np.asarray(labels)[:, None, None] == 1, circle, plus)
+    return images[:, None].astype(np.float32)
+
+
+def _plus_coverage(dx: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """Exact area of each pixel covered by the lesson's plus (a 7x3 and a 3x7 bar) centred at
+    offset (dx, dy) [n, 16, 16]; with integer offsets it is the lesson's binary plus."""
+    def cover(half: float, d: np.ndarray) -> np.ndarray:  # 1-D overlap of a pixel and [-half, half]
+        return np.clip(half + 0.5 - np.abs(d), 0.0, 1.0)
+
+    horizontal = cover(3.5, dx) * cover(1.5, dy)
+    vertical = cover(1.5, dx) * cover(3.5, dy)
+    return horizontal + vertical - cover(1.5, dx) * cover(1.5, dy)  # the centre square once
 
 
 def _make_photos(seed: int, per_photo: int = 320) -> tuple[tuple, tuple[str, ...]]:
-    """Random 32x32 RGB crops of the bundled photos, label = source photo. Only crops whose every
-    aligned 2x2x3 block is non-constant are kept, so every even-sized patch has positive std."""
+    """32x32 RGB crops of the bundled photos, label = source photo -> ((xtr [9·256, 3, 32, 32],
+    ytr, xte [9·64, 3, 32, 32], yte), names); splits shuffled by the seed. See _photo_crops."""
+    arrays, names, _ = _photo_crops(seed, per_photo)
+    return arrays, names
+
+
+def _photo_crops(seed: int, per_photo: int = 320) -> tuple[tuple, tuple[str, ...], list[dict]]:
+    """The photos dataset plus, per photo, the crops' top-left corners ``{"train": [n, 2],
+    "test": [m, 2], "test_mask": [H, W]}`` (y, x), so tests can check the regions are disjoint.
+
+    A fifth of each photo (5 of its 5x5 grid blocks, chosen by the seed) holds the test crops;
+    training crops lie wholly outside it. Random 80/20 splitting of overlapping crops put 89% of
+    test crops on pixels a training crop of the same photo had shown."""
+    rng = np.random.default_rng(seed)
+    photos = _load_photos()
+    train: list[np.ndarray] = []  # per photo: uint8 [256, 32, 32, 3]
+    test: list[np.ndarray] = []  # per photo: uint8 [64, 32, 32, 3]
+    layout = []
+    for name, photo in photos.items():
+        xtr, xte, where = _split_photo(photo, rng, per_photo, name)
+        train.append(xtr), test.append(xte), layout.append(where)
+    return (*_stack_shuffled(train, rng), *_stack_shuffled(test, rng)), tuple(photos), layout
+
+
+def _split_photo(photo: np.ndarray, rng: np.random.Generator, per_photo: int,
+                 name: str) -> tuple[np.ndarray, np.ndarray, dict]:
+    """One photo uint8 [H, W, 3] -> train crops [0.8n, 32, 32, 3], test crops [0.2n, 32, 32, 3]
+    (n = per_photo, the 80/20 split of before) and their layout (see _photo_crops)."""
+    n_test = per_photo // 5
+    test_mask = _held_out_blocks(photo.shape[:2], rng)
+    outside, inside = _window_corners(test_mask, inside=False), _window_corners(test_mask, inside=True)
+    xtr, ctr = _sample_crops(photo, outside, per_photo - n_test, rng, name)
+    # disjoint pixels are not quite enough: flat crops of retina's dark rim repeat byte for byte
+    seen = {_digest(row) for row in _as_rows(xtr)}
+    xte, cte = _sample_crops(photo, inside, n_test, rng, name, forbidden=seen)
+    return xtr, xte, {"train": ctr, "test": cte, "test_mask": test_mask}
+
+
+def _stack_shuffled(crops: list[np.ndarray], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Per-photo crops uint8 [n_k, 32, 32, 3] -> images float32 [N, 3, 32, 32] and labels int64
+    [N] (label k = photo k), shuffled so that a limit (test_limit=200) still takes every photo."""
+    labels = np.concatenate([np.full(len(c), k, np.int64) for k, c in enumerate(crops)])
+    order = rng.permutation(len(labels))
+    images = np.concatenate(crops).transpose(0, 3, 1, 2)[order] / np.float32(255)
+    return images.astype(np.float32), labels[order]
+
+
+def _load_photos() -> dict[str, np.ndarray]:
+    """Colour photos shipped inside the wheels (no network) -> name: uint8 [H, W, 3]."""
     import skimage.data
-    from numpy.lib.stride_tricks import sliding_window_view
     from sklearn.datasets import load_sample_images
 
     photos = {name: getattr(skimage.data, name)() for name in _SKIMAGE_PHOTOS}
     photos.update(zip(("china", "flower"), load_sample_images().images))
-    rng = np.random.default_rng(seed)
-    crops, labels = [], []
-    for label, (name, photo) in enumerate(photos.items()):
-        windows = sliding_window_view(photo, (32, 32, 3))[:, :, 0]  # view [H-31, W-31, 32, 32, 3]
-        kept: list[np.ndarray] = []
-        for _ in range(50):  # acceptance is >= 75% for every photo; 50 rounds never run out
-            ys = rng.integers(0, windows.shape[0], per_photo)
-            xs = rng.integers(0, windows.shape[1], per_photo)
-            cand = windows[ys, xs]
-            blocks = cand.reshape(-1, 16, 2, 16, 2, 3)
-            ok = (blocks.max(axis=(2, 4, 5)) > blocks.min(axis=(2, 4, 5))).all(axis=(1, 2))
-            kept.extend(cand[ok])
-            if len(kept) >= per_photo:
-                break
-        else:
-            raise DataError(f"photo {name!r} yields too few non-constant 32x32 crops")
-        crops.append(np.stack(kept[:per_photo]))
-        labels.append(np.full(per_photo, label, np.int64))
-    images = (np.concatenate(crops).transpose(0, 3, 1, 2) / 255.0).astype(np.float32)
-    return _split(images, np.concatenate(labels), seed), tuple(photos)
+    return photos
+
+
+def _held_out_blocks(hw: tuple[int, int], rng: np.random.Generator, grid: int = 5,
+                     held_out: int = 5) -> np.ndarray:
+    """Bool mask [H, W], True on ``held_out`` of the ``grid x grid`` blocks chosen by rng. Blocks
+    scattered over the photo, not one band, so the test crops see the same kinds of content."""
+    rows = np.linspace(0, hw[0], grid + 1).astype(int)
+    cols = np.linspace(0, hw[1], grid + 1).astype(int)
+    mask = np.zeros(hw, bool)
+    for block in rng.choice(grid * grid, held_out, replace=False):
+        r, c = divmod(int(block), grid)
+        mask[rows[r]:rows[r + 1], cols[c]:cols[c + 1]] = True
+    return mask
+
+
+def _window_corners(mask: np.ndarray, inside: bool, size: int = 32) -> np.ndarray:
+    """Top-left corners [K, 2] (y, x) of the size x size windows lying wholly inside the True
+    region of mask [H, W] (inside=True) or wholly outside it (inside=False)."""
+    s = np.pad(mask.cumsum(0).cumsum(1), ((1, 0), (1, 0)))  # summed-area table [H+1, W+1]
+    covered = s[size:, size:] - s[:-size, size:] - s[size:, :-size] + s[:-size, :-size]
+    return np.argwhere(covered == (size * size if inside else 0))
+
+
+def _sample_crops(photo: np.ndarray, corners: np.ndarray, n: int, rng: np.random.Generator,
+                  name: str, forbidden: set[bytes] = frozenset()) -> tuple[np.ndarray, np.ndarray]:
+    """n random crops uint8 [n, 32, 32, 3] at the given corners [K, 2], and their corners [n, 2].
+    Only crops whose every aligned 2x2x3 block is non-constant are kept, so every even-sized patch
+    has positive std (photos lie in D_norm), and none whose _digest is in ``forbidden``."""
+    kept, at = [], []
+    for _ in range(50):  # acceptance is >= 40% in every region tried; 50 rounds never run out
+        pick = corners[rng.integers(0, len(corners), n)]
+        cand = np.stack([photo[y:y + 32, x:x + 32] for y, x in pick])
+        blocks = cand.reshape(-1, 16, 2, 16, 2, 3)
+        ok = (blocks.max(axis=(2, 4, 5)) > blocks.min(axis=(2, 4, 5))).all(axis=(1, 2))
+        ok &= np.array([_digest(row) not in forbidden for row in _as_rows(cand)])
+        kept.extend(cand[ok]), at.extend(pick[ok])
+        if len(kept) >= n:
+            return np.stack(kept[:n]), np.stack(at[:n])
+    raise DataError(f"photo {name!r} yields too few non-constant 32x32 crops")
 
 
 class _NumpyOnlyUnpickler(pickle.Unpickler):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,8 @@ from mae_core.data import (
     FILE_DATASETS,
     DataError,
     Dataset,
+    DuplicateSplitWarning,
+    count_split_duplicates,
     dataset_image_shape,
     default_patch_size,
     load_dataset,
@@ -91,36 +94,157 @@ def test_digits_values_are_sixteenths():
     assert torch.equal(scaled, scaled.round())
 
 
-def _lesson_shapes(n: int, rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
-    """Independent re-implementation of the lesson's recipe."""
+def _lesson_image(shape: str, cx: int, cy: int) -> np.ndarray:
+    """Independent re-implementation of the lesson's (seed 001) binary plus/circle [16, 16]."""
     yy, xx = np.mgrid[0:16, 0:16]
-    imgs, kinds = [], []
-    for _ in range(n):
-        shape = rng.choice(["plus", "circle"])
-        cx, cy = rng.integers(4, 12), rng.integers(4, 12)
-        img = np.zeros((16, 16), dtype=np.float32)
-        if shape == "plus":
-            img[cy - 1:cy + 2, cx - 3:cx + 4] = 1
-            img[cy - 3:cy + 4, cx - 1:cx + 2] = 1
-        else:
-            img[(xx - cx) ** 2 + (yy - cy) ** 2 <= 9] = 1
-        imgs.append(img)
-        kinds.append(str(shape))
-    return np.stack(imgs), kinds
+    img = np.zeros((16, 16), dtype=np.float32)
+    if shape == "plus":
+        img[cy - 1:cy + 2, cx - 3:cx + 4] = 1
+        img[cy - 3:cy + 4, cx - 1:cx + 2] = 1
+    else:
+        img[(xx - cx) ** 2 + (yy - cy) ** 2 <= 9] = 1
+    return img
 
 
-def test_shapes_seed0_reproduces_lesson():
-    rng = np.random.default_rng(6)
-    train, train_kinds = _lesson_shapes(400, rng)
-    test, test_kinds = _lesson_shapes(150, rng)
+def test_shapes_render_the_lessons_shapes_at_integer_centres():
+    # the lesson's 128 images: 2 shapes x centres 4..11; plus exactly, circle after a 0.5 threshold
+    from mae_core.data import _render_shapes
+
+    labels, cx, cy = (a.ravel() for a in np.meshgrid([0, 1], np.arange(4, 12), np.arange(4, 12),
+                                                     indexing="ij"))
+    rendered = _render_shapes(labels, cx.astype(float), cy.astype(float))[:, 0]
+    lesson = np.stack([_lesson_image(("plus", "circle")[k], x, y) for k, x, y in zip(labels, cx, cy)])
+    plus = labels == 0
+    assert np.array_equal(rendered[plus], lesson[plus])
+    assert np.array_equal(rendered[~plus] >= 0.5, lesson[~plus] == 1)
+
+
+def test_shapes_are_continuous_draws_with_zero_background():
     ds = load_dataset("shapes", seed=0)
     assert ds.class_names == ("plus", "circle")
-    assert np.array_equal(ds.train_images[0, 0].numpy(), train[0])
-    assert np.array_equal(ds.train_images[:, 0].numpy(), train)
-    assert np.array_equal(ds.test_images[:, 0].numpy(), test)
-    assert [ds.class_names[i] for i in ds.train_labels.tolist()] == train_kinds
-    assert [ds.class_names[i] for i in ds.test_labels.tolist()] == test_kinds
+    pool = torch.cat([ds.train_images, ds.test_images])[:, 0]
+    # sub-pixel centres: (almost) every image is distinct, unlike the lesson's 128 possible ones
+    assert len({img.numpy().tobytes() for img in pool}) == len(pool)
+    # whole 4x4 patches stay at 0: shapes lie outside D_norm, as before
+    patch_max = pool.unfold(1, 4, 4).unfold(2, 4, 4).amax(dim=(-1, -2))  # [N, 4, 4]
+    assert ((patch_max == 0).sum(dim=(1, 2)) >= 4).all()
+    # the label names the shape, and no shape is cut by the border: a plus covers exactly its area
+    mass = pool.sum(dim=(1, 2))
+    labels = torch.cat([ds.train_labels, ds.test_labels])
+    assert torch.allclose(mass[labels == 0], torch.tensor(33.0), atol=1e-3)  # 21 + 21 - 9 pixels
+    assert (mass[labels == 1] > 26).all() and (mass[labels == 1] < 30).all()  # about pi * 3^2
     assert not torch.equal(load_dataset("shapes", seed=1).train_images, ds.train_images)
+
+
+# ---------------------------------------------------------------------------------------------
+# leak-free splits
+
+
+def _direct_overlap(train: torch.Tensor, test: torch.Tensor) -> int:
+    """Test images equal to a training image, by plain bytes (no hashing): the reference count."""
+    seen = {img.numpy().tobytes() for img in train}
+    return sum(img.numpy().tobytes() in seen for img in test)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("name", BUILTIN_DATASETS)
+def test_builtin_splits_share_no_image(name, seed):
+    ds = load_dataset(name, seed=seed)
+    assert ds.train_test_duplicates == 0
+    assert count_split_duplicates(ds.train_images, ds.test_images) == 0
+    assert _direct_overlap(ds.train_images, ds.test_images) == 0
+    # the split sizes of before
+    _, _, n_train, n_test = BUILTINS[name]
+    assert (len(ds.train_images), len(ds.test_images)) == (n_train, n_test)
+
+
+def _pixels(corners: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+    """Bool mask [H, W] of the pixels covered by the 32x32 crops at corners [n, 2] (y, x)."""
+    mask = np.zeros(hw, bool)
+    for y, x in corners:
+        mask[y:y + 32, x:x + 32] = True
+    return mask
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_photo_test_crops_share_no_pixel_with_training_crops(seed):
+    from mae_core.data import _load_photos, _photo_crops
+
+    (xtr, ytr, xte, yte), names, layout = _photo_crops(seed)
+    ds = load_dataset("photos", seed=seed)
+    assert torch.equal(ds.test_images, torch.from_numpy(xte)) and torch.equal(ds.train_images, torch.from_numpy(xtr))
+    for label, (name, photo) in enumerate(_load_photos().items()):
+        assert names[label] == name
+        where = layout[label]
+        hw = photo.shape[:2]
+        train_px, test_px = _pixels(where["train"], hw), _pixels(where["test"], hw)
+        assert not (train_px & test_px).any(), name
+        assert not (train_px & where["test_mask"]).any() and not (test_px & ~where["test_mask"]).any()
+        # the recorded corners are where this photo's test images were cut
+        cut = {(photo[y:y + 32, x:x + 32].transpose(2, 0, 1) / np.float32(255)).astype(np.float32).tobytes()
+               for y, x in where["test"]}
+        assert cut == {img.numpy().tobytes() for img in ds.test_images[ds.test_labels == label]}
+        assert (len(where["train"]), len(where["test"])) == (256, 64)
+
+
+def test_count_split_duplicates_counts_every_test_copy():
+    rng = np.random.default_rng(0)
+    train = rng.random((20, 1, 4, 4)).astype(np.float32)
+    test = np.concatenate([train[[3, 3, 7]], rng.random((5, 1, 4, 4)).astype(np.float32)])
+    assert count_split_duplicates(train, test) == 3
+    assert count_split_duplicates(torch.from_numpy(train), torch.from_numpy(test)) == 3
+    assert count_split_duplicates(train, test[3:]) == 0
+    assert count_split_duplicates(train, test[:0]) == 0
+    # a value one ulp away is a different image
+    nudged = train[[3]].copy()
+    nudged[0, 0, 0, 0] = np.nextafter(nudged[0, 0, 0, 0], np.float32(2))
+    assert count_split_duplicates(train, nudged) == 0
+
+
+def test_group_split_keeps_copies_together_and_equals_plain_split_without_copies():
+    from mae_core.data import _split
+
+    rng = np.random.default_rng(0)
+    images = rng.random((100, 1, 4, 4)).astype(np.float32)
+    labels = np.arange(100) % 2
+    plain = _split(images, labels, seed=5)
+    grouped = _split(images, labels, seed=5, group_duplicates=True)
+    assert all(np.array_equal(a, b) for a, b in zip(plain, grouped))
+    images[50:60] = images[0]  # ten more copies of image 0 ...
+    labels[50:60] = labels[0]  # ... with its label
+    xtr, ytr, xte, yte = _split(images, labels, seed=5, group_duplicates=True)
+    assert count_split_duplicates(xtr, xte) == 0
+    assert len(xtr) + len(xte) == 100 and 15 <= len(xte) <= 30  # nothing dropped, about 80/20
+
+
+def test_npz_planted_duplicates_are_counted_and_warned(tmp_path):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (12, 8, 8), dtype=np.uint8)
+    test_images = np.concatenate([images[[2, 5, 5]], rng.integers(0, 256, (3, 8, 8), dtype=np.uint8)])
+    spec = _npz(tmp_path, images=images, labels=np.arange(12) % 2, test_images=test_images,
+                test_labels=np.zeros(6, np.int64))
+    with pytest.warns(DuplicateSplitWarning, match=r"3 of 6 test images") as record:
+        ds = load_dataset(spec)
+    assert str(tmp_path / "d.npz") in str(record[0].message) and "\n" not in str(record[0].message)
+    assert ds.train_test_duplicates == 3 == _direct_overlap(ds.train_images, ds.test_images)
+    assert len(ds.test_images) == 6  # user data is kept, not dropped
+
+
+def test_npz_random_split_duplicates_are_counted(tmp_path):
+    images = np.repeat(np.random.default_rng(0).integers(0, 256, (10, 6, 6), dtype=np.uint8), 4, axis=0)
+    spec = _npz(tmp_path, images=images, labels=np.zeros(40, np.int64))  # every image 4 times
+    with pytest.warns(DuplicateSplitWarning):
+        ds = load_dataset(spec)
+    assert ds.train_test_duplicates == _direct_overlap(ds.train_images, ds.test_images) > 0
+    assert len(ds.train_images) + len(ds.test_images) == 40
+
+
+def test_clean_file_dataset_gives_no_warning(tmp_path):
+    images = np.random.default_rng(0).integers(0, 256, (10, 8, 8), dtype=np.uint8)
+    spec = _npz(tmp_path, images=images, labels=np.arange(10) % 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_dataset(spec).train_test_duplicates == 0
 
 
 def test_photos_blocks_non_constant_and_all_photos_labelled():
@@ -351,6 +475,7 @@ def test_folder_without_images(tmp_path):
         load_dataset(f"folder:{tmp_path / 'imgs'}")
 
 
+@pytest.mark.filterwarnings("ignore::mae_core.data.DuplicateSplitWarning")  # all-zero images
 def test_rewritten_npz_is_reloaded(tmp_path):
     import os
 
