@@ -1,5 +1,11 @@
 # Both targets create .venv on first use: torch's CPU build first (so no CUDA build is pulled),
-# then this package in editable mode with its test extra.
+# then this package in editable mode with its test extra, pinned to the tested set in
+# constraints.txt (which leaves torch out).
+# torch: a local 2.13.0 wheel from pip's find-links if there is one (--no-index: nothing is
+# fetched), otherwise the CPU build from download.pytorch.org. Both with --no-deps: torch's own
+# small dependencies (filelock, sympy, ...) come with the package, under the constraints.
+TORCH         := torch==2.13.0
+TORCH_CPU_URL := https://download.pytorch.org/whl/cpu
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -10,11 +16,12 @@ export RAY_AUTH_MODE := disabled
 
 .PHONY: demo test bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet --no-deps --no-index '$(TORCH)' \
+	  || $(BIN)/pip install --quiet --no-deps '$(TORCH)' --index-url $(TORCH_CPU_URL)
+	$(BIN)/pip install --quiet -e '.[test]' -c constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -25,7 +32,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/pip install --quiet -e '.[test,bench]' -c constraints.txt
 	$(BIN)/mae-study bench
 
 clean:
