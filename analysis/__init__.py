@@ -1,3 +1,3 @@
-"""analysis: probes (scikit-learn, run inside a trial), MLflow -> pandas, statistics, seaborn
-figures and reports (which read only the MLflow store). Import the submodule you need.
+"""analysis: after the fact only. MLflow -> pandas, statistics, seaborn figures, tables and
+reports, read from the MLflow store alone (no torch work, no Ray). Import the submodule you need.
 """

@@ -27,6 +27,8 @@ from mae_core.config import Config
 
 FORMATS = ("png", "pdf", "svg")
 PNG_DPI = 200
+from evaluation.metrics import ACCURACY, METRICS
+
 PANEL_SIZE = (2.8, 2.8)  # inches per panel; tall enough for a one-line y label with its unit
 FONT_SIZES = {"font.size": 8.5, "axes.labelsize": 8.5, "axes.titlesize": 8.5,
               "xtick.labelsize": 7.5, "ytick.labelsize": 7.5, "legend.fontsize": 7.5,
@@ -42,24 +44,14 @@ AXIS_LABELS = {
     "objective": "objective", "corruption": "corruption", "corruption_level": "corruption level",
     "lr": "base learning rate (per 256 images)", "batch_size": "batch size (images)",
 }
-ACCURACY = "accuracy (test split)"
-METRIC_LABELS = {
-    "probe_linear_acc": f"linear probe {ACCURACY}", "probe_fewshot_acc": f"few-shot probe {ACCURACY}",
-    "probe_knn_acc": f"kNN {ACCURACY}", "finetune_acc": f"fine-tuning {ACCURACY}",
-    "partial_finetune_acc": f"partial fine-tuning {ACCURACY}",
-    "train_seconds": "training time (s)",
-}
-RISK_LABELS = {"test_mae_risk": "masked MSE", "test_rec_risk": "reconstruction MSE",
-               "test_den_risk": "denoising MSE", "test_baseline_risk": "mean-pixel baseline MSE",
-               "train_loss": "training loss"}
+# Labels, units and references come from the one metric table (evaluation.metrics).
+METRIC_LABELS = {m.name: m.label for m in METRICS.values() if m.kind == "downstream" or m.unit == "s"}
+RISK_LABELS = {m.name: m.label for m in METRICS.values() if m.unit == "target" and m.kind != "bookkeeping"
+               or m.name == "train_loss"}
 # The reference each downstream metric is read against (seed 001: frozen MAE features can probe
 # below a random encoder, so the random-init value belongs on the same axes).
-REFERENCES = {"probe_linear_acc": "random_probe_linear_acc",
-              "probe_fewshot_acc": "random_probe_fewshot_acc",
-              "probe_knn_acc": "random_probe_knn_acc", "finetune_acc": "random_finetune_acc",
-              "test_mae_risk": "test_baseline_risk", "test_rec_risk": "test_baseline_risk",
-              "test_den_risk": "test_baseline_risk"}
-REFERENCE_NAMES = {"random_finetune_acc": "from scratch", "test_baseline_risk": "mean-pixel baseline"}
+REFERENCES = {m.name: m.reference for m in METRICS.values() if m.reference is not None}
+REFERENCE_NAMES = {m.name: m.reference_name for m in METRICS.values() if m.reference_name is not None}
 # Axes drawn as a line over a continuous x (MAE Figures 5 and 7); other axes are categories.
 CONTINUOUS_AXES = {"mask_ratio", "steps", "corruption_level"}
 
@@ -77,11 +69,6 @@ def style_rc() -> dict:
         "pdf.fonttype": 42, "svg.hashsalt": "mae-study", "savefig.bbox": "tight",
     })
     return rc
-
-
-def set_style() -> None:
-    """Apply :func:`style_rc` globally (for notebooks); the functions here use it locally."""
-    matplotlib.rcParams.update(style_rc())
 
 
 @contextmanager

@@ -20,19 +20,17 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
+from evaluation.metrics import DOWNSTREAM_METRICS, REFERENCE_METRICS, RISK_METRICS
 from mae_core.config import Config
+from mae_core.errors import UserError
 
 
-class ReportError(ValueError):
+class ReportError(UserError):
     """A report cannot be made (no such study, no runs, unwritable folder): one line."""
 
 
 # The final metrics a trial logs; every one becomes a float column (NaN when a run lacks it).
-RISK_METRICS = ("test_mae_risk", "test_rec_risk", "test_den_risk")
-DOWNSTREAM_METRICS = ("probe_linear_acc", "probe_fewshot_acc", "probe_knn_acc", "finetune_acc",
-                      "partial_finetune_acc")
-REFERENCE_METRICS = ("random_probe_linear_acc", "random_probe_fewshot_acc", "random_probe_knn_acc",
-                     "random_finetune_acc")
+# The vocabulary lives in evaluation.metrics (one table); these are its groups.
 FINAL_METRICS = (*RISK_METRICS, "test_mae_risk_stderr", "test_baseline_risk", *DOWNSTREAM_METRICS,
                  *REFERENCE_METRICS, "train_loss", "train_seconds", "effective_mask_ratio")
 

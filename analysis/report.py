@@ -37,6 +37,8 @@ from .frame import (
     load_runs,
     load_study_info,
 )
+from evaluation.metrics import RISK_MEANING_AXES
+
 from .stats import correlation_reading, plain_name, rank_correlations, summarise
 
 # Metrics in the summary table: every final metric except the ratio (a column of the cell itself).
@@ -44,11 +46,7 @@ TABLE_METRICS = tuple(m for m in FINAL_METRICS if m != "effective_mask_ratio")
 PROBE_PANELS = ("probe_linear_acc", "probe_fewshot_acc", "probe_knn_acc", "partial_finetune_acc")
 # Axes that change what a risk measures, so a correlation across their cells mixes task
 # difficulty with representation quality.
-RISK_CHANGING_AXES = {
-    "mask_ratio": "the number of visible patches k", "target": "the target space",
-    "objective": "which risk is defined", "corruption": "the corruption law",
-    "corruption_level": "the corruption law",
-}
+RISK_CHANGING_AXES = RISK_MEANING_AXES
 
 
 @dataclass

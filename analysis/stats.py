@@ -12,17 +12,14 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from evaluation.metrics import METRICS
+
 FINISHED = "FINISHED"
 FAILED = "FAILED"
 MIN_TRIALS = 3  # fewer paired trials than this give no rank correlation worth stating
 
 # Plain-language names for sentences (figures add units to their own labels).
-PLAIN_NAMES = {
-    "test_mae_risk": "masked risk", "test_rec_risk": "reconstruction risk",
-    "test_den_risk": "denoising risk", "probe_linear_acc": "linear-probe accuracy",
-    "probe_fewshot_acc": "few-shot probe accuracy", "probe_knn_acc": "kNN accuracy",
-    "finetune_acc": "fine-tuning accuracy", "partial_finetune_acc": "partial fine-tuning accuracy",
-}
+PLAIN_NAMES = {m.name: m.plain for m in METRICS.values() if m.kind in ("risk", "downstream")}
 
 
 def plain_name(metric: str) -> str:

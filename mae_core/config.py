@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from . import data
+from .errors import UserError
 from .masking import num_visible_for
 from .patches import PatchSizeError, check_patch_size
 
@@ -22,7 +23,7 @@ from .patches import PatchSizeError, check_patch_size
 COMPILE_AUTO_MIN_STEPS = 20_000
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A configuration key has a value outside what is allowed (one line, names the key)."""
 
 
@@ -31,11 +32,59 @@ def _one_line(error: ValidationError) -> str:
     key = ".".join(str(part) for part in first["loc"]) or "config"
     message = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        allowed = ", ".join(sorted(Config.model_fields))
+        if key.startswith(f"{EVAL_PREFIX}."):
+            allowed = ", ".join(f"{EVAL_PREFIX}.{name}" for name in sorted(EvalConfig.model_fields))
+        else:
+            allowed = ", ".join(sorted(Config.model_fields))
         return f"unknown key {key!r}; known keys: {allowed}"
+    if key == EVAL_PREFIX:  # a consistency check of EvalConfig: its message names the keys
+        return message
     if first["type"] == "literal_error" or key == "config":
         return f"{key}: {message}" if key != "config" else message
     return f"{key}={first.get('input')!r}: {message}"
+
+
+EVAL_PREFIX = "eval"  # ``eval.fewshot=4`` on the command line, ``eval: {fewshot: 4}`` in YAML
+
+
+class EvalConfig(BaseModel):
+    """How a trained encoder is evaluated downstream: the probes' and fine-tuning's settings.
+
+    Nested in :class:`Config` as ``eval``; logged as ``eval.<key>`` params, so two runs with
+    different probe settings never look alike in MLflow.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    fewshot: int = Field(8, ge=1)  # labelled examples per class for the few-shot probe
+    fewshot_draws: int = Field(5, ge=1)  # seeded draws of those examples, averaged
+    knn_k: int = Field(20, ge=1)  # neighbours of the kNN probe (capped at the training size)
+    finetune_steps: int = Field(0, ge=0)  # fine-tuning minibatches; 0 = no fine-tuning
+    finetune_blocks: int | None = Field(None, ge=0)  # also fine-tune only the last n blocks (MAE Fig. 9)
+    finetune_shots: int | None = Field(None, ge=1)  # fine-tune on n examples per class, not the whole split
+    finetune_lr: float = Field(1e-3, gt=0.0)  # AdamW step size of fine-tuning
+    finetune_batch_size: int = Field(64, ge=1)  # images per fine-tuning minibatch
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> EvalConfig:
+        if self.finetune_blocks is not None and self.finetune_steps <= 0:
+            raise ValueError(f"{EVAL_PREFIX}.finetune_blocks={self.finetune_blocks} needs "
+                             f"{EVAL_PREFIX}.finetune_steps > 0")
+        return self
+
+
+def nest_eval_keys(keys: dict[str, Any]) -> dict[str, Any]:
+    """``{"eval.fewshot": 4, "eval": {...}}`` -> ``{"eval": {..., "fewshot": 4}}`` (dotted keys win)."""
+    nested = dict(keys.get(EVAL_PREFIX) or {})
+    if isinstance(nested, EvalConfig):
+        nested = nested.model_dump(exclude_unset=True)
+    flat = {}
+    for key, value in keys.items():
+        if key.startswith(f"{EVAL_PREFIX}."):
+            nested[key.removeprefix(f"{EVAL_PREFIX}.")] = value
+        elif key != EVAL_PREFIX:
+            flat[key] = value
+    return {**flat, EVAL_PREFIX: nested} if nested or EVAL_PREFIX in keys else flat
 
 
 class Config(BaseModel):
@@ -90,9 +139,12 @@ class Config(BaseModel):
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # forward pass; auto = bf16 on CUDA, fp32 on the CPU
     compile: Literal["auto"] | bool = "auto"  # torch.compile; auto: runs of >= COMPILE_AUTO_MIN_STEPS updates
 
+    # downstream evaluation (probes and fine-tuning), as eval.<key>
+    eval: EvalConfig = EvalConfig()
+
     def __init__(self, **keys: Any):
         try:
-            super().__init__(**keys)
+            super().__init__(**nest_eval_keys(keys))
         except ValidationError as error:
             raise ConfigError(_one_line(error)) from None
 
@@ -136,6 +188,10 @@ class Config(BaseModel):
             raise ValueError(f"corruption_level={self.corruption_level} must be in [0, 1] for {self.resolved_corruption}")
         if self.mask_token_in_encoder and self.objective != "mae":
             raise ValueError("mask_token_in_encoder applies only to objective=mae")
+        blocks = self.eval.finetune_blocks
+        if blocks is not None and blocks > self.encoder_depth:
+            raise ValueError(f"eval.finetune_blocks={blocks} must lie in [0, {self.encoder_depth}] "
+                             "(the encoder's depth)")
         return self
 
     # ---------------------------------------------------------------- derived values
@@ -203,7 +259,8 @@ class Config(BaseModel):
 
     def resolved(self) -> dict[str, Any]:
         """Every key with defaults resolved, plus the derived quantities a reader needs."""
-        values = self.model_dump()
+        values = self.model_dump(exclude={EVAL_PREFIX})
+        values.update({f"{EVAL_PREFIX}.{k}": v for k, v in self.eval.model_dump().items()})
         values.update(
             patch_size=self.resolved_patch_size,
             corruption=self.resolved_corruption,

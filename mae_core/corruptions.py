@@ -21,12 +21,6 @@ from dataclasses import dataclass
 import torch
 
 CORRUPTIONS = ("none", "gaussian", "masking", "salt_pepper")
-LEVEL_RANGES = {  # allowed corruption_level per kind, inclusive
-    "none": (0.0, float("inf")),
-    "gaussian": (0.0, float("inf")),  # noise std in pixel units
-    "masking": (0.0, 1.0),  # fraction of values zeroed
-    "salt_pepper": (0.0, 1.0),  # fraction of values replaced
-}
 
 
 def corrupt(

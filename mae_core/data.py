@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .errors import UserError
+
 BUILTIN_DATASETS: tuple[str, ...] = ("digits", "shapes", "photos")
 FILE_DATASETS: tuple[str, ...] = ("cifar10", "folder", "npz")
 # Patch sizes for datasets whose image size is fixed; folder/npz depend on the file: default_patch_size.
@@ -49,7 +51,7 @@ _CIFAR10_NAMES = ("airplane", "automobile", "bird", "cat", "deer",
 _IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg"}
 
 
-class DataError(ValueError):
+class DataError(UserError):
     """A dataset spec or file is unusable; the message is one line naming the path or key."""
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .errors import UserError
 
-class FolderNotWritable(ValueError):
+
+class FolderNotWritable(UserError):
     """A folder cannot be created or written (one line: the path and the reason)."""
 
 

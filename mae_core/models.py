@@ -302,10 +302,6 @@ def variant_name(objective: str, encoder_width: int, encoder_depth: int, decoder
     return name
 
 
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
 
 
 def build_model(config) -> nn.Module:

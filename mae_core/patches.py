@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import torch
 
+from .errors import UserError
 
-class PatchSizeError(ValueError):
+
+class PatchSizeError(UserError):
     """The patch size does not tile the image."""
 
 

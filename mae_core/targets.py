@@ -15,11 +15,13 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import UserError
+
 TARGETS = ("raw", "norm", "norm_eps")
 NORM_EPS = 1e-6  # He et al.'s reference code (models_mae.py, forward_loss)
 
 
-class NormDomainError(ValueError):
+class NormDomainError(UserError):
     """A patch has zero standard deviation, so the spec's ``T_norm`` is undefined there."""
 
 

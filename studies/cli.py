@@ -17,15 +17,13 @@ from typing import Any, NoReturn
 import yaml
 
 from mae_core import files
-from mae_core.config import Config, ConfigError, parse_overrides
-from mae_core.data import DataError
-from mae_core.patches import PatchSizeError
-from mae_core.targets import NormDomainError
+from mae_core.config import Config, parse_overrides
+from mae_core.errors import UserError
 
 BAD_INPUT = 2
 
 
-class UsageError(Exception):
+class UsageError(UserError):
     """Bad input: printed as one line, exit status 2."""
 
 
@@ -72,50 +70,6 @@ def writable_folder(path: Path, what: str) -> Path:
         raise UsageError(f"{what} {error}") from None
 
 
-def checkpoint_for_train(path: Path, config: Config, tracking_uri: str, *, resume: bool) -> Path:
-    """The checkpoint file ``mae-study train`` writes, after deciding what an existing one means.
-
-    Every run checkpoints (``checkpoint_every``). ``--resume`` continues the run whose checkpoint
-    is at ``path``; without it, a checkpoint of an interrupted run is never overwritten (that
-    would lose the user's work), while one of a finished run is removed (it is kept as that
-    run's MLflow artifact) and training starts afresh.
-    """
-    from mae_core.train import changed_keys, load_latest_checkpoint
-
-    steps = config.steps
-    state, _ = load_latest_checkpoint(path)
-    if resume:
-        if state is None:
-            raise UsageError(f"--resume: no readable checkpoint at {path}; run without --resume to start")
-        changed = changed_keys(config, state["config"])
-        if changed:
-            raise UsageError(f"--resume: {path} was written with other values of {', '.join(changed)}; "
-                             "resume with the same keys, or run without --resume in another --out")
-        return path
-    if state is None or not _interrupted(state, steps, tracking_uri):
-        for stale in (path, path.with_name(path.name + ".prev")):
-            stale.unlink(missing_ok=True)
-        return path
-    raise UsageError(f"{path} holds an interrupted run at step {int(state['step'])} of {steps}: "
-                     "pass --resume to continue it, or delete the file to start over")
-
-
-def _interrupted(state: dict[str, Any], steps: int, tracking_uri: str) -> bool:
-    """Whether the run that wrote ``state`` did not finish (training or its evaluation)."""
-    if int(state["step"]) < steps:
-        return True
-    run_id = state.get("extra", {}).get("mlflow_run_id")
-    if not run_id or _missing_sqlite_store(tracking_uri):
-        return False  # no run to finish: nothing is lost by starting again
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    try:
-        return MlflowClient(tracking_uri).get_run(run_id).info.status != "FINISHED"
-    except MlflowException:
-        return False
-
-
 # ----------------------------------------------------------------------------- commands
 
 
@@ -130,14 +84,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from analysis.probes import probe_metrics
-
+    from . import lifecycle
     from .interrupts import Interruption
     from .trial import run_trial, trial_run_name
 
     console = Console(stderr=True)
     run_name = trial_run_name(config)
-    checkpoint = checkpoint_for_train(out / "checkpoints" / f"{run_name}.pt", config,
+    checkpoint = lifecycle.checkpoint_for_train(out / "checkpoints" / f"{run_name}.pt", config,
                                       tracking_uri, resume=args.resume)
     console.print(f"[bold]{run_name}[/]  M={config.num_patches} q={config.patch_dim} "
                   f"k={config.num_visible} ρ_eff={config.effective_mask_ratio:.3f}  "
@@ -154,7 +107,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                     config, data, tracking_uri=tracking_uri, experiment=args.experiment, run_name=run_name,
                     checkpoint_path=checkpoint,
                     on_progress=lambda step, m: progress.update(task, completed=step, loss=f"{m['train_loss']:.4f}"),
-                    evaluate=probe_metrics, interruption=interruption,
+                    interruption=interruption,
                 )
         except NonFiniteError as error:
             _fail(str(error), status=1)
@@ -206,24 +159,20 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .registry import UnknownStudyError, get_study
-    from .runner import RunOptions, StudySetupError, plan_study, run_study
+    from .registry import get_study
+    from .runner import RunOptions, plan_study, run_study
 
-    try:
-        study = get_study(args.study)
-        overrides = parse_overrides(args.overrides)
-        plan = plan_study(study, smoke=args.smoke, overrides=overrides)
-        if args.max_concurrent is not None and args.max_concurrent < 1:
-            raise UsageError(f"--max-concurrent {args.max_concurrent}: must be at least 1")
-        out = writable_folder(Path(args.out) / (study.name + ("-smoke" if args.smoke else "")), "--out")
-        options = RunOptions(
-            out_dir=out, tracking_uri=args.tracking_uri or _default_uri(Path.cwd()),
-            experiment=args.experiment, smoke=args.smoke, resume=args.resume, address=args.address,
-            max_concurrent=args.max_concurrent, cpus_per_trial=args.cpus_per_trial,
-            gpus_per_trial=args.gpus_per_trial, scheduler=args.scheduler,
-        )
-    except (UnknownStudyError, StudySetupError) as error:
-        raise UsageError(str(error)) from None
+    study = get_study(args.study)
+    plan = plan_study(study, smoke=args.smoke, overrides=parse_overrides(args.overrides))
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise UsageError(f"--max-concurrent {args.max_concurrent}: must be at least 1")
+    out = writable_folder(Path(args.out) / (study.name + ("-smoke" if args.smoke else "")), "--out")
+    options = RunOptions(
+        out_dir=out, tracking_uri=args.tracking_uri or _default_uri(Path.cwd()),
+        experiment=args.experiment, smoke=args.smoke, resume=args.resume, address=args.address,
+        max_concurrent=args.max_concurrent, cpus_per_trial=args.cpus_per_trial,
+        gpus_per_trial=args.gpus_per_trial, scheduler=args.scheduler,
+    )
 
     from .interrupts import EXIT_INTERRUPTED, Interruption, sigterm_as_sigint
     from .progress import StudyProgress, progress_metric
@@ -236,8 +185,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress = StudyProgress(total=len(plan.cells), header=header, metric=progress_metric(plan.axes))
         with sigterm_as_sigint(interruption):
             state = run_study(plan, options, progress=progress, interruption=interruption)
-    except StudySetupError as error:
-        raise UsageError(str(error)) from None
     except StudyInterrupted as stop:
         if stop.state is None:
             print(f"mae-study: interrupted by {stop.reason} before the study was recorded; start it with:"
@@ -255,7 +202,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Reads only the MLflow store: any study that logged runs there can be reported."""
-    from analysis.frame import ReportError
     from analysis.report import write_report
 
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.study):
@@ -265,16 +211,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     if bad or not formats:
         raise UsageError(f"--format {args.format}: allowed formats are png, pdf, svg")
     tracking_uri = args.tracking_uri or _default_uri(Path.cwd())
-    store = _missing_sqlite_store(tracking_uri)
+    from .tracking import missing_sqlite_store
+
+    store = missing_sqlite_store(tracking_uri)
     if store is not None:
         raise UsageError(f"no runs of study {args.study}: no MLflow store at {store} "
                          f"(run `mae-study run {args.study}` first, or pass --tracking-uri)")
     out = writable_folder(Path(args.out or Path("mae_runs") / args.study / "report"), "--out")
-    try:
-        index = write_report(args.study, tracking_uri, out, formats=formats, experiment=args.experiment,
-                             parent_run_id=args.run)
-    except ReportError as error:
-        raise UsageError(str(error)) from None
+    index = write_report(args.study, tracking_uri, out, formats=formats, experiment=args.experiment,
+                         parent_run_id=args.run)
     print(f"report: {index}")
     return 0
 
@@ -292,12 +237,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(md_path.read_text())
         print(f"written: {json_path} and {md_path}")
     return 0
-
-
-def _missing_sqlite_store(tracking_uri: str) -> Path | None:
-    """The SQLite file ``tracking_uri`` names when it does not exist (reading must not create it)."""
-    store = Path(tracking_uri.removeprefix("sqlite:///"))
-    return store if tracking_uri.startswith("sqlite:///") and not store.is_file() else None
 
 
 def _default_uri(folder: Path) -> str:
@@ -386,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             args.overrides = [*args.overrides, *extra]
         args.argv = list(sys.argv[1:] if argv is None else argv)
         return args.handler(args)
-    except (UsageError, ConfigError, DataError, NormDomainError, PatchSizeError) as error:
+    except UserError as error:  # every error a user can cause and fix: one line, exit 2
         _fail(str(error))
     except KeyboardInterrupt:  # before any run was created: nothing to record or resume
         print("mae-study: interrupted before anything was recorded", file=sys.stderr)

@@ -7,20 +7,19 @@ import time
 
 from ray.tune import Callback
 
+from evaluation.metrics import RISK_MEANING_AXES  # a "best so far" across these compares unlike numbers
+
 
 def _duration(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
-# Axes across which test_mae_risk changes its meaning (units of the target, the number k of
-# visible patches, the images): a "best so far" over such cells would compare unlike numbers.
-RISK_MEANING_AXES = frozenset({"target", "mask_ratio", "dataset", "patch_size"})
 
 
 def progress_metric(axes) -> str | None:
     """The metric whose best value the progress line may show for a grid over ``axes``."""
-    return None if RISK_MEANING_AXES & set(axes) else "test_mae_risk"
+    return None if set(RISK_MEANING_AXES) & set(axes) else "test_mae_risk"
 
 
 class StudyProgress(Callback):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from mae_core.errors import UserError
+
 from . import (
     corruption,
     decoder_depth,
@@ -23,7 +25,7 @@ STUDIES: dict[str, Study] = {
 }
 
 
-class UnknownStudyError(ValueError):
+class UnknownStudyError(UserError):
     pass
 
 

@@ -18,10 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
-import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -33,16 +31,17 @@ from urllib.parse import urlparse
 from ray.tune import Callback
 
 from mae_core.config import Config
+from mae_core.errors import UserError
 from mae_core.train import prepare_data
 
-from . import tracking
+from . import lifecycle, tracking
+from .lifecycle import RayCheckpoints
 from .study import Study, cell_id
 
-SMOKE_FINETUNE_STEPS = 20
 STATE_FILE = "study.json"  # in the study's output folder: parent run id, Ray folder, grid
 
 
-class StudySetupError(ValueError):
+class StudySetupError(UserError):
     """Bad input found before Ray starts (one line)."""
 
 
@@ -75,11 +74,11 @@ class StudyPlan:
     base: dict[str, Any]  # keys every trial shares
     axes: dict[str, list[Any]]  # the grid_search axes, seeds included as "seed"
     cells: list[dict[str, Any]]
-    evaluation: dict[str, Any]  # options for the probes (fine-tuning shortened in smoke mode)
 
 
 def plan_study(study: Study, *, smoke: bool, overrides: dict[str, Any]) -> StudyPlan:
     """Every cell validated and its data loadable, or a ConfigError/DataError/NormDomainError."""
+    overrides = dict(overrides)  # the caller's dict is left as it was
     seeds = overrides.pop("seeds", None)
     seed_values = tuple(int(s) for s in str(seeds).split(",")) if seeds is not None else None
     cells = study.cells(smoke=smoke, overrides=overrides, seeds=seed_values)
@@ -94,10 +93,7 @@ def plan_study(study: Study, *, smoke: bool, overrides: dict[str, Any]) -> Study
     axes = study.grid_axes(smoke, overrides)
     axes["seed"] = sorted({cell["seed"] for cell in cells})
     base = {k: v for k, v in cells[0].items() if k not in axes}
-    evaluation = dict(study.evaluation)
-    if smoke and evaluation.get("finetune_steps"):
-        evaluation["finetune_steps"] = min(evaluation["finetune_steps"], SMOKE_FINETUNE_STEPS)
-    return StudyPlan(study=study, base=base, axes=axes, cells=cells, evaluation=evaluation)
+    return StudyPlan(study=study, base=base, axes=axes, cells=cells)
 
 
 # --------------------------------------------------------------------------- preflight
@@ -158,28 +154,14 @@ def check_resume(plan: StudyPlan, options: RunOptions) -> dict[str, Any] | None:
 # --------------------------------------------------------------------------------- trial
 
 
-def find_or_create_child_run(client, experiment_id: str, parent_run_id: str, cid: str,
-                             run_name: str, tags: dict[str, str]) -> str:
-    """The one MLflow run of this grid cell under this parent."""
-    found = client.search_runs(
-        [experiment_id],
-        filter_string=f"tags.cell_id = '{cid}' and tags.`mlflow.parentRunId` = '{parent_run_id}'",
-        max_results=1,
-    )
-    if found:
-        return found[0].info.run_id
-    return tracking.create_run(client, experiment_id, run_name, parent_run_id, {**tags, "cell_id": cid})
-
-
 def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name: str,
-              tracking_uri: str, experiment: str, parent_run_id: str,
-              evaluation: dict[str, Any]) -> None:
-    """One Ray Tune trial: a grid cell trained, evaluated and logged to its MLflow run."""
+              tracking_uri: str, experiment: str, parent_run_id: str) -> None:
+    """One Ray Tune trial: a grid cell trained, evaluated and logged to its own MLflow run."""
+    import ray
     import torch
     from mlflow.tracking import MlflowClient
     from ray import tune
 
-    from analysis.probes import probe_metrics
     from mae_core.train import NonFiniteError
 
     from .trial import run_trial, trial_run_name
@@ -188,61 +170,37 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
     keys = {**base, **trial_config}
     config = Config(**keys)
-    data = prepare_data(config)
-    cid = cell_id(keys)
     client = MlflowClient(tracking_uri)
-    experiment_id = tracking.ensure_experiment(client, experiment, tracking_uri)
-    run_id = find_or_create_child_run(client, experiment_id, parent_run_id, cid,
-                                      trial_run_name(config), {"study": study_name})
+    run_id = lifecycle.run_for_cell(client, tracking_uri=tracking_uri, experiment=experiment,
+                                    parent_run_id=parent_run_id, cell=cell_id(keys),
+                                    run_name=trial_run_name(config), tags={"study": study_name})
     run = client.get_run(run_id)
     if run.info.status == "FINISHED":
         # The driver died after this trial finished but before Ray recorded it: do not run it again.
         tune.report({"step": config.steps, "diverged": 0.0, **run.data.metrics})
         return
-    import ray
-
     tracking.set_tags(client, run_id, {"ray_node_id": ray.get_runtime_context().get_node_id(),
                                        "ray_trial_id": tune.get_context().get_trial_id(),
                                        "ray_worker_pid": os.getpid()})
-
-    work = Path(tempfile.mkdtemp(prefix="mae-trial-"))
-    local_checkpoint = work / "checkpoint.pt"
-    restored = tune.get_checkpoint()
-    if restored is not None:
-        with restored.as_directory() as folder:
-            for name in ("checkpoint.pt", "checkpoint.pt.prev"):
-                if (Path(folder) / name).exists():
-                    shutil.copy2(Path(folder) / name, work / name)
-
+    checkpoints = RayCheckpoints()
+    checkpoints.restore()
     last = {"train_loss": float("nan")}
 
-    def on_progress(step: int, metrics: dict[str, float]) -> None:
-        last.update(metrics)
-
     def on_checkpoint(step: int, path: Path) -> None:
-        if step == config.steps:
-            return  # the final report below carries the metrics
-        with tempfile.TemporaryDirectory() as folder:
-            for name in ("checkpoint.pt", "checkpoint.pt.prev"):
-                if (work / name).exists():
-                    shutil.copy2(work / name, Path(folder) / name)
-            tune.report({"step": step, "train_loss": last["train_loss"]},
-                        checkpoint=tune.Checkpoint.from_directory(folder))
-
-    def evaluate(model, config, data):
-        return probe_metrics(model, config, data, **evaluation)
+        if step < config.steps:  # the final report below carries the final checkpoint's metrics
+            checkpoints.report({"step": step, "train_loss": last["train_loss"]})
 
     try:
-        outcome = run_trial(config, data, tracking_uri=tracking_uri, experiment=experiment,
-                            run_id=run_id, checkpoint_path=local_checkpoint,
-                            on_progress=on_progress, on_checkpoint=on_checkpoint, evaluate=evaluate)
+        outcome = run_trial(config, prepare_data(config), tracking_uri=tracking_uri, experiment=experiment,
+                            run_id=run_id, checkpoint_path=checkpoints.path,
+                            on_progress=lambda step, metrics: last.update(metrics), on_checkpoint=on_checkpoint)
     except NonFiniteError as error:
         # Fails alone, with its reason in MLflow (run_trial marked it); Ray must not retry it.
         tune.report({"step": error.step, "diverged": 1.0, "failure_reason": str(error),
                      "train_loss": float("inf")})
         return
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        checkpoints.close()
     tune.report({"step": config.steps, "diverged": 0.0, "train_loss": last["train_loss"], **outcome.metrics})
 
 
@@ -292,10 +250,10 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None, interruption=
     from mlflow.tracking import MlflowClient
 
     state = None
-    client = MlflowClient(options.tracking_uri)
     try:
         check_address(options.address)
         state = check_resume(plan, options)
+        client = MlflowClient(options.tracking_uri)  # creates the store: only after the checks
         experiment_id = tracking.ensure_experiment(client, options.experiment, options.tracking_uri)
         if state is None:
             state = _create_parent(client, experiment_id, plan, options)
@@ -309,7 +267,7 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None, interruption=
     reason = interruption.reason if interruption is not None else "SIGINT"
     if interrupted:
         if state is not None:
-            tracking.mark_killed(client, state["parent_run_id"], reason)
+            tracking.mark_killed(MlflowClient(options.tracking_uri), state["parent_run_id"], reason)
             state.update(complete=False, interrupted=reason)
             save_state(options.out_dir, state)
         raise StudyInterrupted(state, reason)
@@ -348,7 +306,6 @@ def _fit(plan: StudyPlan, options: RunOptions, state: dict[str, Any], progress, 
     fn = tune.with_parameters(
         trainable, base=plan.base, study_name=plan.study.name, tracking_uri=options.tracking_uri,
         experiment=options.experiment, parent_run_id=state["parent_run_id"],
-        evaluation=plan.evaluation,
     )
     fn = tune.with_resources(fn, {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial})
     callbacks = [RayStopWatch(), *([progress] if progress is not None else [])]

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from mae_core.config import Config
+from mae_core.config import EVAL_PREFIX, Config, parse_value
 
 # Every study's trials: exact masked risk where |V_k| is at most 500, Monte Carlo with 64 masks
 # per test image (and its standard error) above, so evaluation stays a few seconds per trial.
@@ -22,6 +22,7 @@ STUDY_DEFAULTS = {"risk_exact_budget": 500, "risk_mc_masks": 64}
 # Applied on top of a study in --smoke mode: seconds on two cores, every code path exercised.
 SMOKE = {"steps": 30, "train_limit": 256, "test_limit": 48, "log_every": 10,
          "checkpoint_every": 10, "risk_exact_budget": 200, "risk_mc_masks": 4}
+SMOKE_FINETUNE_STEPS = 20  # a study that fine-tunes does so for at most this many steps in smoke mode
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Study:
     seeds: tuple[int, ...] = (0, 1, 2)
     smoke: dict[str, Any] = field(default_factory=dict)  # extra smoke-mode keys for this study
     smoke_axes: dict[str, list[Any]] | None = None  # a smaller grid for --smoke, if needed
-    evaluation: dict[str, Any] = field(default_factory=dict)  # options for the probes
+    evaluation: dict[str, Any] = field(default_factory=dict)  # eval.* keys (EvalConfig), without the prefix
     doc: str = ""
 
     def grid_axes(self, smoke: bool = False, overrides: dict[str, Any] | None = None) -> dict[str, list[Any]]:
@@ -41,8 +42,7 @@ class Study:
         axes = dict((self.smoke_axes or self.axes) if smoke else self.axes)
         for key, value in (overrides or {}).items():
             if key in axes:
-                axes[key] = [None if v.strip().lower() in ("none", "null") else v.strip()
-                             for v in str(value).split(",")]
+                axes[key] = [parse_value(v.strip()) for v in str(value).split(",")]
         return axes
 
     def cells(self, *, smoke: bool = False, overrides: dict[str, Any] | None = None,
@@ -50,13 +50,23 @@ class Study:
         """Every trial's config keys: base, then overrides, then the axis values and the seed."""
         axes = self.grid_axes(smoke, overrides)
         fixed = {k: v for k, v in (overrides or {}).items() if k not in axes}
-        base = {**STUDY_DEFAULTS, **self.base, **(SMOKE if smoke else {}), **(self.smoke if smoke else {}), **fixed}
+        base = {**STUDY_DEFAULTS, **self.base, **self.eval_keys(smoke), **(SMOKE if smoke else {}),
+                **(self.smoke if smoke else {}), **fixed}
         names = list(axes)
         cells = []
         for values in itertools.product(*(axes[name] for name in names)):
             for seed in seeds if seeds is not None else (self.seeds[:2] if smoke else self.seeds):
                 cells.append({**base, **dict(zip(names, values)), "seed": seed})
         return cells
+
+    def eval_keys(self, smoke: bool = False) -> dict[str, Any]:
+        """The study's evaluation settings as ``eval.<key>`` config keys (fine-tuning shortened
+        to :data:`SMOKE_FINETUNE_STEPS` in smoke mode)."""
+        keys = {f"{EVAL_PREFIX}.{key}": value for key, value in self.evaluation.items()}
+        steps = keys.get(f"{EVAL_PREFIX}.finetune_steps")
+        if smoke and steps:
+            keys[f"{EVAL_PREFIX}.finetune_steps"] = min(int(steps), SMOKE_FINETUNE_STEPS)
+        return keys
 
     def configs(self, **kwargs: Any) -> list[Config]:
         """The validated configs of :meth:`cells` (raises ConfigError on the first bad one)."""

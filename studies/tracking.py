@@ -23,11 +23,21 @@ def default_tracking_uri(folder: Path | None = None) -> str:
     return f"sqlite:///{(Path(folder or Path.cwd()) / 'mlflow.db').resolve()}"
 
 
+def sqlite_path(tracking_uri: str) -> Path | None:
+    """The file an ``sqlite:///`` URI names; None for any other store."""
+    return Path(tracking_uri.removeprefix("sqlite:///")) if tracking_uri.startswith("sqlite:///") else None
+
+
+def missing_sqlite_store(tracking_uri: str) -> Path | None:
+    """The SQLite file ``tracking_uri`` names when it does not exist (reading must not create it)."""
+    store = sqlite_path(tracking_uri)
+    return store if store is not None and not store.is_file() else None
+
+
 def default_artifact_root(tracking_uri: str) -> str | None:
     """Beside the SQLite file (``mlartifacts/``), as an absolute path; None for a server."""
-    if tracking_uri.startswith("sqlite:///"):
-        return str(Path(tracking_uri.removeprefix("sqlite:///")).parent / "mlartifacts")
-    return None
+    store = sqlite_path(tracking_uri)
+    return str(store.parent / "mlartifacts") if store is not None else None
 
 
 def git_commit() -> str:

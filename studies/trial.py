@@ -15,13 +15,13 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from analysis.reconstructions import close, reconstruction_figure
+from evaluation.reconstructions import close, reconstruction_figure
 from mae_core.config import Config
-from mae_core.evaluation import reconstruction_metrics
+from evaluation import evaluate_trial
 from mae_core.models import config_variant_name
-from mae_core.train import NonFiniteError, PatchData, load_latest_checkpoint, train
+from mae_core.train import NonFiniteError, PatchData, train
 
-from . import tracking
+from . import lifecycle, tracking
 from .interrupts import Interruption
 
 
@@ -51,22 +51,23 @@ def run_trial(
     run_id: str | None = None,
     on_progress: Callable[[int, dict[str, float]], None] | None = None,
     on_checkpoint: Callable[[int, Path], None] | None = None,
-    evaluate: Callable[..., dict[str, float]] | None = None,
+    probes: bool = True,
     interruption: Interruption | None = None,
 ) -> TrialOutcome:
     """Train and evaluate ``config`` on ``data``; one MLflow run holds all of it.
 
     ``run_id`` reopens a run the caller made; otherwise the run id kept in the checkpoint is
-    reopened, or a new run is created. ``evaluate(model, config, data)`` adds downstream metrics
-    (probes) when given. A diverging trial ends FAILED with ``failure_step`` and
+    reopened, or a new run is created. The evaluation layer measures the trained model
+    (:func:`evaluation.evaluate_trial`; ``probes=False`` keeps to the risks). A diverging trial ends FAILED with ``failure_step`` and
     ``failure_reason`` tags, and the error is re-raised. With ``interruption``, a first
     SIGINT/SIGTERM during training stops after the current update with a checkpoint; an
     interrupted trial ends KILLED with the signal as its ``interrupted`` tag.
     """
     client = MlflowClient(tracking_uri)
-    run_id = run_id or _reopen_or_create(client, config, tracking_uri, experiment, run_name,
-                                         parent_run_id, tags, checkpoint_path)
-    tracking.reopen(client, run_id)
+    run_id = run_id or lifecycle.run_for_checkpoint(
+        client, checkpoint_path, tracking_uri=tracking_uri, experiment=experiment,
+        run_name=run_name or trial_run_name(config), parent_run_id=parent_run_id, tags=tags)
+    lifecycle.start(client, run_id)
     tracking.log_params(client, run_id, config.resolved())
     already = tracking.logged_steps(client, run_id, "train_loss")
 
@@ -83,11 +84,10 @@ def run_trial(
                            on_checkpoint=on_checkpoint, checkpoint_extra={"mlflow_run_id": run_id},
                            should_stop=interruption.requested if interruption is not None else None)
     except NonFiniteError as error:
-        tracking.set_tags(client, run_id, {"failure_step": error.step, "failure_reason": str(error)})
-        client.set_terminated(run_id, "FAILED")
+        lifecycle.diverged(client, run_id, error.step, str(error))
         raise
     except BaseException as error:  # interrupted: leave the run resumable, say why
-        _mark_interrupted(client, run_id, error, interruption)
+        lifecycle.interrupted(client, run_id, error, interruption and interruption.reason)
         raise
     train_seconds = time.perf_counter() - started
     if result.resumed_from is not None:
@@ -96,11 +96,9 @@ def run_trial(
         tracking.set_tags(client, run_id, {"checkpoint_warning": " | ".join(result.warnings)})
 
     try:
-        metrics = reconstruction_metrics(result.model, config, data)
-        if evaluate is not None:
-            metrics.update(evaluate(result.model, config, data))
+        metrics = evaluate_trial(result.model, config, data, probes=probes)
     except BaseException as error:  # e.g. Ctrl-C during the probes: the checkpoint is final
-        _mark_interrupted(client, run_id, error, interruption)
+        lifecycle.interrupted(client, run_id, error, interruption and interruption.reason)
         raise
     metrics["train_seconds"] = train_seconds
     metrics["effective_mask_ratio"] = config.effective_mask_ratio
@@ -114,29 +112,5 @@ def run_trial(
     close(figure)
     if checkpoint_path is not None and Path(checkpoint_path).exists():
         client.log_artifact(run_id, str(checkpoint_path), artifact_path="checkpoint")
-    client.set_terminated(run_id, "FINISHED")
+    lifecycle.finished(client, run_id)
     return TrialOutcome(run_id=run_id, metrics=metrics, train_seconds=train_seconds)
-
-
-def _mark_interrupted(client, run_id: str, error: BaseException, interruption) -> None:
-    """A signal or exit: KILLED with the signal as the ``interrupted`` tag (resumable). Any
-    other error: FAILED with it as ``failure_reason`` (Ray may retry it; a retry reopens the run)."""
-    if isinstance(error, Exception):
-        tracking.set_tags(client, run_id, {"failure_reason": f"{type(error).__name__}: {error}"[:500]})
-        client.set_terminated(run_id, "FAILED")
-        return
-    reason = interruption.reason if interruption is not None else type(error).__name__
-    tracking.set_tags(client, run_id, {"interrupted": reason})
-    client.set_terminated(run_id, "KILLED")
-
-
-def _reopen_or_create(client, config, tracking_uri, experiment, run_name, parent_run_id, tags,
-                      checkpoint_path) -> str:
-    if checkpoint_path is not None:
-        state, _ = load_latest_checkpoint(checkpoint_path)
-        run_id = (state or {}).get("extra", {}).get("mlflow_run_id")
-        if run_id:
-            return run_id
-    experiment_id = tracking.ensure_experiment(client, experiment, tracking_uri)
-    return tracking.create_run(client, experiment_id, run_name or trial_run_name(config),
-                               parent_run_id, tags)

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
+
+import pytest
 import torch
 
 from mae_core import Config
 
 torch.set_num_threads(2)
+# Ray and MLflow settings every test shares (and the subprocesses they start inherit).
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 # A model small enough that one forward/backward on a handful of images takes milliseconds.
 TINY_MODEL = dict(encoder_width=16, encoder_depth=1, encoder_heads=2,
@@ -19,3 +27,21 @@ def tiny_config(**overrides) -> Config:
                 log_every=1, device="cpu", **TINY_MODEL)
     keys.update(overrides)
     return Config(**keys)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A two-CPU local Ray for the tests of one module, shut down after them."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def pytest_collection_modifyitems(items):
+    """Scenario tests (tests/scenarios: whole commands and Ray clusters under crashes, signals,
+    faults and load) are all slow: ``make test-fast`` leaves them out, ``make test`` runs them."""
+    for item in items:
+        if "scenarios" in item.path.parts:
+            item.add_marker(pytest.mark.slow)

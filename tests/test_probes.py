@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.probes import (
+from evaluation.probes import (
     fewshot_accuracy,
     fewshot_indices,
     finetune_accuracy,

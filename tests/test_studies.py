@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 
 import mlflow
 import pytest
@@ -12,8 +11,6 @@ from studies.registry import STUDIES, get_study
 from studies.runner import RunOptions, plan_study, run_study
 from studies.study import Study, cell_id
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 @pytest.mark.parametrize("name", list(STUDIES))
@@ -32,15 +29,6 @@ def children(tracking_uri: str, parent_run_id: str):
     mlflow.set_tracking_uri(tracking_uri)
     return mlflow.search_runs(experiment_names=["mae-study"],
                               filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'")
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
 
 
 def options(tmp_path, **kw) -> RunOptions:

@@ -24,14 +24,15 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from torch import nn
 
-from mae_core.config import Config
+from mae_core.config import Config, EvalConfig
 from mae_core.models import build_model
 from mae_core.train import PatchData
 
 FEATURE_BATCH = 512  # images per forward pass when extracting features
-FEWSHOT_DRAWS = 5  # seeded draws of the labelled subset, averaged
-FINETUNE_LR = 1e-3
-FINETUNE_BATCH = 64
+# Defaults of the pure functions; a trial's values are its typed ``eval.*`` keys (EvalConfig).
+FEWSHOT_DRAWS = EvalConfig.model_fields["fewshot_draws"].default
+FINETUNE_LR = EvalConfig.model_fields["finetune_lr"].default
+FINETUNE_BATCH = EvalConfig.model_fields["finetune_batch_size"].default
 
 # ------------------------------------------------------------------- pure probes (numpy in)
 
@@ -95,14 +96,15 @@ def extract_features(model: nn.Module, patches: torch.Tensor, batch_size: int = 
 
 
 def frozen_probes(model: nn.Module, data: PatchData, *, fewshot: int, knn_k: int, seed: int,
-                  prefix: str = "probe_") -> dict[str, float]:
+                  prefix: str = "probe_", fewshot_draws: int = FEWSHOT_DRAWS) -> dict[str, float]:
     """Linear, few-shot and kNN accuracy of ``model``'s frozen features on ``data``'s test split."""
     train_x = extract_features(model, data.train_patches)
     test_x = extract_features(model, data.test_patches)
     train_y, test_y = data.train_labels.numpy(), data.test_labels.numpy()
     return {
         f"{prefix}linear_acc": linear_probe_accuracy(train_x, train_y, test_x, test_y),
-        f"{prefix}fewshot_acc": fewshot_accuracy(train_x, train_y, test_x, test_y, fewshot, seed),
+        f"{prefix}fewshot_acc": fewshot_accuracy(train_x, train_y, test_x, test_y, fewshot, seed,
+                                                 draws=fewshot_draws),
         f"{prefix}knn_acc": knn_accuracy(train_x, train_y, test_x, test_y, knn_k),
     }
 
@@ -206,10 +208,10 @@ def finetune_accuracy(model: nn.Module, data: PatchData, steps: int, *, seed: in
 # ------------------------------------------------------------------------------ one call
 
 
-def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, fewshot: int = 8,
-                  knn_k: int = 20, finetune_steps: int = 0, finetune_blocks: int | None = None,
-                  finetune_shots: int | None = None, seed: int | None = None) -> dict[str, float]:
-    """Every downstream metric of one trial (names are the MLflow metric names).
+def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: int | None = None,
+                  **overrides) -> dict[str, float]:
+    """Every downstream metric of one trial (names are the MLflow metric names), with the
+    settings of ``config.eval`` (``overrides`` replace some of them: ``finetune_steps=20``).
 
     ``probe_{linear,fewshot,knn}_acc`` on ``model``; ``random_probe_*`` on a fresh model of the
     same config; with ``finetune_steps > 0`` also ``finetune_acc`` (all weights) and
@@ -219,23 +221,25 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, fewshot:
     examples per class (logged as ``finetune_shots``) instead of the whole train split. Sizes of
     the splits are ``probe_train_size``/``probe_test_size``.
     """
-    if finetune_blocks is not None and finetune_steps <= 0:
-        raise ValueError(f"finetune_blocks={finetune_blocks} needs finetune_steps > 0")
+    settings = EvalConfig(**{**config.eval.model_dump(), **overrides}) if overrides else config.eval
     seed = config.seed if seed is None else seed
     device = _device(model)
     fresh = random_init_model(config, device)
-    metrics = frozen_probes(model, data, fewshot=fewshot, knn_k=knn_k, seed=seed)
-    metrics.update(frozen_probes(fresh, data, fewshot=fewshot, knn_k=knn_k, seed=seed,
-                                 prefix="random_probe_"))
-    if finetune_steps > 0:
-        tune = partial(finetune_accuracy, steps=finetune_steps, seed=seed, shots=finetune_shots)
+    frozen = partial(frozen_probes, data=data, fewshot=settings.fewshot, knn_k=settings.knn_k, seed=seed,
+                     fewshot_draws=settings.fewshot_draws)
+    metrics = frozen(model)
+    metrics.update(frozen(fresh, prefix="random_probe_"))
+    if settings.finetune_steps > 0:
+        tune = partial(finetune_accuracy, steps=settings.finetune_steps, seed=seed,
+                       shots=settings.finetune_shots, lr=settings.finetune_lr,
+                       batch_size=settings.finetune_batch_size)
         metrics["finetune_acc"] = tune(model, data)
         metrics["random_finetune_acc"] = tune(fresh, data)
-        if finetune_shots is not None:
-            metrics["finetune_shots"] = float(finetune_shots)
-        if finetune_blocks is not None:
-            metrics["partial_finetune_acc"] = tune(model, data, blocks=finetune_blocks)
-            metrics["partial_finetune_blocks"] = float(finetune_blocks)
+        if settings.finetune_shots is not None:
+            metrics["finetune_shots"] = float(settings.finetune_shots)
+        if settings.finetune_blocks is not None:
+            metrics["partial_finetune_acc"] = tune(model, data, blocks=settings.finetune_blocks)
+            metrics["partial_finetune_blocks"] = float(settings.finetune_blocks)
     metrics["probe_train_size"] = float(len(data.train_patches))
     metrics["probe_test_size"] = float(len(data.test_patches))
     return metrics

@@ -15,7 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.slow
-ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+ENV = dict(os.environ)  # conftest sets the Ray and MLflow variables
 
 
 def running_trial_with_progress(db, min_step: int) -> tuple[str, int] | None:

@@ -5,15 +5,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import Config
-from .corruptions import finite_corruption_law
-from .objectives import (
+from mae_core.config import Config
+from mae_core.corruptions import finite_corruption_law
+from mae_core.objectives import (
     empirical_den_risk,
     empirical_mae_risk,
     empirical_rec_risk,
     mean_pixel_baseline_risk,
 )
-from .train import PatchData
+from mae_core.train import PatchData
 
 
 def reconstruction_metrics(model: nn.Module, config: Config, data: PatchData) -> dict[str, float]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 
 import mlflow
 import pytest
@@ -11,8 +10,6 @@ from studies.registry import get_study
 from studies.runner import RunOptions, plan_study, run_study
 
 pytestmark = pytest.mark.slow
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 def test_two_node_cluster_runs_trials_on_both_nodes(tmp_path):

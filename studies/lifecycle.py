@@ -1,0 +1,167 @@
+"""A trial's MLflow run from birth to end: which run it is, fresh or resumed, how it ended.
+
+* identity: a ``train`` run is found through the run id its checkpoint carries; a study's
+  trial through its cell id under the study's parent run; otherwise a new run is created;
+* fresh or resume: :func:`checkpoint_for_train` decides what an existing checkpoint means;
+* the end: FINISHED, FAILED (diverged, with step and reason) or KILLED (interrupted, with the
+  signal), and a reopened run forgets that it was interrupted (``resumed_after`` keeps it);
+* checkpoints between Ray Tune and the trial's own folder (:class:`RayCheckpoints`).
+
+Plain MLflow client calls only; Ray is imported where a Ray trial needs it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from mae_core.config import Config
+from mae_core.errors import UserError
+from mae_core.train import changed_keys, load_latest_checkpoint
+
+from . import tracking
+
+CHECKPOINT_FILES = ("checkpoint.pt", "checkpoint.pt.prev")
+
+
+# ------------------------------------------------------------------------------ identity
+
+
+def run_for_checkpoint(client: MlflowClient, checkpoint_path: Path | None, *, tracking_uri: str,
+                       experiment: str, run_name: str, parent_run_id: str | None = None,
+                       tags: dict[str, str] | None = None) -> str:
+    """The run whose id the checkpoint at ``checkpoint_path`` carries, or a new one."""
+    if checkpoint_path is not None:
+        state, _ = load_latest_checkpoint(checkpoint_path)
+        run_id = (state or {}).get("extra", {}).get("mlflow_run_id")
+        if run_id:
+            return run_id
+    experiment_id = tracking.ensure_experiment(client, experiment, tracking_uri)
+    return tracking.create_run(client, experiment_id, run_name, parent_run_id, tags)
+
+
+def run_for_cell(client: MlflowClient, *, tracking_uri: str, experiment: str, parent_run_id: str,
+                 cell: str, run_name: str, tags: dict[str, str]) -> str:
+    """The one MLflow run of grid cell ``cell`` under the study's parent run."""
+    experiment_id = tracking.ensure_experiment(client, experiment, tracking_uri)
+    found = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.cell_id = '{cell}' and tags.`mlflow.parentRunId` = '{parent_run_id}'",
+        max_results=1,
+    )
+    if found:
+        return found[0].info.run_id
+    return tracking.create_run(client, experiment_id, run_name, parent_run_id, {**tags, "cell_id": cell})
+
+
+# ------------------------------------------------------------------------- fresh or resume
+
+
+def checkpoint_for_train(path: Path, config: Config, tracking_uri: str, *, resume: bool) -> Path:
+    """The checkpoint file ``mae-study train`` writes, after deciding what an existing one means.
+
+    Every run checkpoints (``checkpoint_every``). ``--resume`` continues the run whose checkpoint
+    is at ``path`` (with the same keys); without it, a checkpoint of an interrupted run is never
+    overwritten (that would lose the user's work), while one of a finished run is removed (it is
+    kept as that run's MLflow artifact) and training starts afresh.
+    """
+    state, _ = load_latest_checkpoint(path)
+    if resume:
+        if state is None:
+            raise UserError(f"--resume: no readable checkpoint at {path}; run without --resume to start")
+        changed = changed_keys(config, state["config"])
+        if changed:
+            raise UserError(f"--resume: {path} was written with other values of {', '.join(changed)}; "
+                            "resume with the same keys, or run without --resume in another --out")
+        return path
+    if state is None or not _unfinished(state, config.steps, tracking_uri):
+        for stale in (path, path.with_name(path.name + ".prev")):
+            stale.unlink(missing_ok=True)
+        return path
+    raise UserError(f"{path} holds an interrupted run at step {int(state['step'])} of {config.steps}: "
+                    "pass --resume to continue it, or delete the file to start over")
+
+
+def _unfinished(state: dict[str, Any], steps: int, tracking_uri: str) -> bool:
+    """Whether the run that wrote ``state`` did not finish (training or its evaluation)."""
+    if int(state["step"]) < steps:
+        return True
+    run_id = state.get("extra", {}).get("mlflow_run_id")
+    if not run_id or tracking.missing_sqlite_store(tracking_uri):
+        return False  # no run to finish: nothing is lost by starting again
+    try:
+        return MlflowClient(tracking_uri).get_run(run_id).info.status != "FINISHED"
+    except MlflowException:
+        return False
+
+
+# --------------------------------------------------------------------------------- the end
+
+
+def start(client: MlflowClient, run_id: str) -> None:
+    """RUNNING again; an earlier attempt's ``interrupted`` tag becomes ``resumed_after``."""
+    tracking.reopen(client, run_id)
+
+
+def diverged(client: MlflowClient, run_id: str, step: int, reason: str) -> None:
+    tracking.set_tags(client, run_id, {"failure_step": step, "failure_reason": reason})
+    client.set_terminated(run_id, "FAILED")
+
+
+def interrupted(client: MlflowClient, run_id: str, error: BaseException, signal_name: str | None) -> None:
+    """KILLED, resumable from its checkpoint, with the signal (or for a crash, the error's type)
+    as the ``interrupted`` tag; Ray retries a crashed trial, which reopens the run."""
+    signalled = isinstance(error, KeyboardInterrupt) and signal_name is not None
+    tracking.set_tags(client, run_id, {"interrupted": signal_name if signalled else type(error).__name__})
+    client.set_terminated(run_id, "KILLED")
+
+
+def finished(client: MlflowClient, run_id: str) -> None:
+    client.set_terminated(run_id, "FINISHED")
+
+
+# ------------------------------------------------------------------- Ray's checkpoints
+
+
+class RayCheckpoints:
+    """Moves a trial's checkpoint files between Ray Tune and a private working folder.
+
+    The trainer writes ``<work>/checkpoint.pt`` (and ``.prev``); Ray keeps copies so a retried
+    or resumed trial starts from the last one it received.
+    """
+
+    def __init__(self) -> None:
+        self.work = Path(tempfile.mkdtemp(prefix="mae-trial-"))
+        self.path = self.work / CHECKPOINT_FILES[0]
+
+    def restore(self) -> None:
+        """Copy the checkpoint Ray hands a retried or resumed trial into the working folder."""
+        from ray import tune
+
+        restored = tune.get_checkpoint()
+        if restored is None:
+            return
+        with restored.as_directory() as folder:
+            _copy_checkpoints(Path(folder), self.work)
+
+    def report(self, metrics: dict[str, float]) -> None:
+        """``tune.report`` with the current checkpoint files attached."""
+        from ray import tune
+
+        with tempfile.TemporaryDirectory() as folder:
+            _copy_checkpoints(self.work, Path(folder))
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
+
+    def close(self) -> None:
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def _copy_checkpoints(source: Path, destination: Path) -> None:
+    for name in CHECKPOINT_FILES:
+        if (source / name).exists():
+            shutil.copy2(source / name, destination / name)
