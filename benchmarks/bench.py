@@ -31,7 +31,8 @@ from mae_core.objectives import empirical_mae_risk, masked_mse
 from mae_core.targets import apply_target
 from mae_core.train import build_optimizer, prepare_data
 
-RESULTS = Path(__file__).resolve().parent / "results"
+# Under the working directory (in a checkout: the committed results), never inside an install.
+RESULTS = Path("benchmarks") / "results"
 
 # The issue's reference model: image 32×32×3, patch 4 (M=64, q=48), ViT 192×6 (3 heads, MLP 768),
 # decoder 128×2 (4 heads, MLP 512), ρ=0.75, normalised-pixel target, batch 128, fp32.
@@ -227,3 +228,26 @@ def write_results(results: dict[str, Any], folder: Path = RESULTS) -> tuple[Path
     md_path = folder / f"{stem}.md"
     md_path.write_text(f"# mae-study bench\n\n| measure | value |\n| --- | --- |\n{rows}\n")
     return json_path, md_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.bench [--quick] [--json] [--out DIR]`` (what ``mae-study bench`` runs)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="mae-study bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and images")
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    parser.add_argument("--out", type=Path, default=RESULTS, help=f"results folder (default: {RESULTS})")
+    args = parser.parse_args(argv)
+    results = run_benchmarks(quick=args.quick)
+    json_path, md_path = write_results(results, args.out)
+    if args.json:
+        print(json.dumps(results, default=str))
+    else:
+        print(md_path.read_text())
+        print(f"written: {json_path} and {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

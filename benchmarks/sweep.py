@@ -53,9 +53,8 @@ def bench_sweep(cores: int | None = None) -> dict[str, Any]:
 if __name__ == "__main__":
     import json
 
-    from .bench import RESULTS
-
+    results = Path("benchmarks") / "results"  # under the working directory, as bench.py's
     text = json.dumps(bench_sweep(), indent=2)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "sweep.json").write_text(text + "\n")
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "sweep.json").write_text(text + "\n")
     print(text)

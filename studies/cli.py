@@ -225,18 +225,16 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    import json
+    """Runs ``python -m benchmarks.bench`` from the source checkout: the benchmarks sit above the
+    studies (they drive them), so the CLI starts them rather than importing them."""
+    import subprocess
 
-    from benchmarks.bench import run_benchmarks, write_results
-
-    results = run_benchmarks(quick=args.quick)
-    json_path, md_path = write_results(results)
-    if args.json:
-        print(json.dumps(results, default=str))
-    else:
-        print(md_path.read_text())
-        print(f"written: {json_path} and {md_path}")
-    return 0
+    if not Path("benchmarks", "bench.py").is_file():  # ``python -m`` finds it in the working directory
+        raise UsageError("bench: the benchmarks live in the source checkout (benchmarks/); "
+                         "run `mae-study bench` from its root")
+    flags = [*(["--quick"] if args.quick else []), *(["--json"] if args.json else []),
+             *(["--out", args.out] if args.out else [])]
+    return subprocess.call([sys.executable, "-m", "benchmarks.bench", *flags])
 
 
 def _default_uri(folder: Path) -> str:
@@ -290,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="speed measurements against a peer, as ratios")
     bench.add_argument("--quick", action="store_true", help="fewer rounds and images")
     bench.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    bench.add_argument("--out", help="results folder (default: benchmarks/results under the working directory)")
     bench.set_defaults(handler=cmd_bench)
 
     listing = commands.add_parser("list", help="the built-in studies")
