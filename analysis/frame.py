@@ -210,14 +210,23 @@ def load_study_axes(tracking_uri: str, study: str, experiment: str = "mae-study"
 
 def load_study_info(tracking_uri: str, study: str, experiment: str = "mae-study",
                     parent_run_id: str | None = None) -> dict[str, Any]:
-    """The parent run's id, name, start time (ms), axes and grid, for a report's header."""
+    """The parent run's id, name, start time (ms), axes and grid, for a report's header; its
+    ``smoke`` tag (True only for "True"), ``paper`` and ``reference`` (the tag's JSON mapping of
+    axis -> value, None where the tag is absent or unreadable)."""
     parent, _ = _study_runs(tracking_uri, study, experiment, parent_run_id)
+    tags = parent.data.tags
     try:
-        grid = json.loads(parent.data.tags.get("grid", "{}"))
+        grid = json.loads(tags.get("grid", "{}"))
     except json.JSONDecodeError:
         grid = {}
+    try:
+        reference = json.loads(tags["reference"]) if "reference" in tags else None
+    except json.JSONDecodeError:
+        reference = None
     return {"run_id": parent.info.run_id, "run_name": parent.info.run_name,
-            "start_time": parent.info.start_time, "axes": _axes_of(parent), "grid": grid}
+            "start_time": parent.info.start_time, "axes": _axes_of(parent), "grid": grid,
+            "smoke": tags.get("smoke") == "True", "paper": tags.get("paper"),
+            "reference": reference if isinstance(reference, dict) else None}
 
 
 def load_history(tracking_uri: str, run_ids: list[str], key: str = "train_loss") -> pd.DataFrame:

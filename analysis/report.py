@@ -1,12 +1,20 @@
 """One study's report: tables, correlations, figures and a self-contained ``index.html``.
 
 Reads only the MLflow store (``analysis.frame``), so a report never needs the Ray results
-folder. Every number is mean ± sd over seeds with n stated; failed cells stay in every table,
-marked with their reason.
+folder. Every number is mean ± sd over seeds with n stated (accuracies also with the test set's
+binomial standard error); failed cells stay in every table, marked with their reason.
 
-Files written to ``out_dir``: ``summary.{csv,md,tex}``, ``correlations.{csv,md}``,
-``fig_<what>.<fmt>`` for each requested format, ``fig_reconstructions_<cell>.png`` when the
-trials logged reconstruction grids, and ``index.html`` (PNGs embedded as data URIs).
+What a report claims comes from ``analysis.stats`` alone: every row against the study's
+reference row (the parent run's ``reference`` tag; without one, the documented default of
+:func:`studies.study.default_reference`), paired by seed, in the words "supported",
+"contradicted" or "not resolved at n=…"; and rank correlations only among trials whose risk is
+the same quantity. A smoke run (parent tag ``smoke`` = "True") claims no correlation and says
+so in its title.
+
+Files written to ``out_dir``: ``findings.md``, ``comparisons.csv``, ``summary.{csv,md,tex}``,
+``correlations.{csv,md}``, ``fig_<what>.<fmt>`` for each requested format,
+``fig_reconstructions_<cell>.png`` when the trials logged reconstruction grids, and
+``index.html`` (PNGs embedded as data URIs).
 """
 
 from __future__ import annotations
@@ -33,20 +41,33 @@ from .frame import (
     FINAL_METRICS,
     RISK_METRICS,
     ReportError,
+    cast_param,
     load_history,
     load_runs,
     load_study_info,
 )
-from evaluation.metrics import RISK_MEANING_AXES
+from evaluation.metrics import METRICS, RISK_MEANING_AXES
+from studies.study import default_reference
 
-from .stats import correlation_reading, plain_name, rank_correlations, summarise
+from .stats import (
+    CORRELATION_COLUMNS,
+    MIN_CLUSTERS,
+    MIN_TRIALS,
+    correlation_reading,
+    paired_comparisons,
+    plain_name,
+    rank_correlations,
+    summarise,
+    verdict,
+)
 
 # Metrics in the summary table: every final metric except the ratio (a column of the cell itself).
 TABLE_METRICS = tuple(m for m in FINAL_METRICS if m != "effective_mask_ratio")
 PROBE_PANELS = ("probe_linear_acc", "probe_fewshot_acc", "probe_knn_acc", "partial_finetune_acc")
-# Axes that change what a risk measures, so a correlation across their cells mixes task
-# difficulty with representation quality.
+# Axes that change what a risk measures: a risk is compared or correlated only among cells
+# that agree on all of them.
 RISK_CHANGING_AXES = RISK_MEANING_AXES
+SMOKE_NOTE = "smoke run: no correlation claimed"
 
 
 @dataclass
@@ -59,10 +80,11 @@ class _Figure:
 # --------------------------------------------------------------------------------- tables
 
 
-def _fmt(mean: float, std: float) -> str:
+def _fmt(mean: float, std: float, binomial: float = math.nan) -> str:
     if mean != mean:  # NaN: nothing finished in this cell
         return "—"
-    return f"{mean:.4g}" if std != std else f"{mean:.4g} ± {std:.2g}"
+    text = f"{mean:.4g}" if std != std else f"{mean:.4g} ± {std:.2g}"
+    return text if binomial != binomial else f"{text} (test ±{binomial:.2g})"
 
 
 def _note(row: pd.Series) -> str:
@@ -77,14 +99,15 @@ def _note(row: pd.Series) -> str:
 
 def display_table(summary: pd.DataFrame, by: Sequence[str], metrics: Sequence[str]) -> pd.DataFrame:
     """The summary as text: cell keys, ``n``, ``n_failed``, each metric as ``mean ± sd`` (with
-    its own n when it differs from the cell's), and a ``note`` naming failures."""
+    the test set's binomial standard error as ``(test ±se)`` where the summary has it, and its
+    own n when it differs from the cell's), and a ``note`` naming failures."""
     table = summary[list(by)].astype(object).where(summary[list(by)].notna(), "None")
     table["n"] = summary["n"]
     table["n_failed"] = summary["n_failed"]
     for metric in metrics:
         cells = []
         for _, row in summary.iterrows():
-            text = _fmt(row[f"{metric}_mean"], row[f"{metric}_std"])
+            text = _fmt(row[f"{metric}_mean"], row[f"{metric}_std"], row.get(f"{metric}_binom_se", math.nan))
             own_n = row[f"{metric}_n"]
             if own_n and own_n != row["n"]:
                 text += f" (n={own_n})"
@@ -150,23 +173,42 @@ def _primary_risk(frame: pd.DataFrame, risks: Sequence[str]) -> str | None:
 
 
 def _correlation_text(correlations: pd.DataFrame, risk: str, probe: str) -> str:
-    row = correlations[(correlations["risk"] == risk) & (correlations["downstream"] == probe)]
-    if row.empty or math.isnan(row["spearman_rho"].iloc[0]):
-        n = int(row["n"].iloc[0]) if len(row) else 0
-        return f"n = {n}: too few trials for a rank correlation"
-    r = row.iloc[0]
-    return (f"Spearman ρ = {r.spearman_rho:+.2f} [{r.spearman_low:+.2f}, {r.spearman_high:+.2f}]\n"
+    rows = correlations[(correlations["risk"] == risk) & (correlations["downstream"] == probe)]
+    usable = rows.dropna(subset=["spearman_rho"])
+    if usable.empty:
+        n = int(rows["n"].max()) if len(rows) else 0
+        reason = rows["reason"].dropna().iloc[0] if rows["reason"].notna().any() else "too few trials"
+        if reason == SMOKE_NOTE:
+            return "Smoke run: no rank correlation claimed"
+        return (f"n ≤ {n} per stratum: no rank correlation claimed\n(at least {MIN_TRIALS} trials "
+                f"whose risk is the same quantity\nand {MIN_CLUSTERS} cells when they span several)")
+    r = usable.loc[usable["n"].idxmax()]
+    more = f"\n(+{len(usable) - 1} more strata in correlations.csv)" if len(usable) > 1 else ""
+    return (f"{r.stratum}: Spearman ρ = {r.spearman_rho:+.2f} [{r.spearman_low:+.2f}, {r.spearman_high:+.2f}]\n"
             f"Kendall τ = {r.kendall_tau:+.2f} [{r.kendall_low:+.2f}, {r.kendall_high:+.2f}]\n"
-            f"n = {int(r.n)} trials, 95% bootstrap CIs")
+            f"n = {int(r.n)} trials in {int(r.n_clusters)} clusters, 95% cluster-bootstrap CIs{more}")
 
 
-def _caveat(axes: Sequence[str], risks: Sequence[str]) -> str:
-    changing = [a for a in axes if a in RISK_CHANGING_AXES]
-    if not changing or not risks:
-        return ""
-    what = "; ".join(f"{a} changes {RISK_CHANGING_AXES[a]}" for a in changing)
-    return (f" Caveat: {what}, so these correlations across cells mix how hard the "
-            f"reconstruction task is with how good the representation is.")
+def _cell_text(values: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items()) or "all"
+
+
+def _typed_cell(cell: dict) -> dict:
+    """Axis values as the frame holds them (JSON tags and CLI overrides may spell them as text)."""
+    return {key: cast_param(key, str(value)) for key, value in cell.items()}
+
+
+def study_reference(info: dict, frame: pd.DataFrame, axes: Sequence[str]) -> tuple[dict, bool]:
+    """(the reference cell, whether the study named it): the parent's ``reference`` tag when it
+    names every axis, else :func:`studies.study.default_reference` of the grid (the parent's
+    ``grid`` tag, or the axis values in the frame)."""
+    tagged = info.get("reference")
+    if isinstance(tagged, dict) and set(tagged) == set(axes):
+        return _typed_cell(tagged), True
+    grid = {a: v for a, v in (info.get("grid") or {}).items() if a in axes and isinstance(v, list) and v}
+    if set(grid) != set(axes):
+        grid = {a: list(pd.unique(frame[a])) for a in axes}
+    return _typed_cell(default_reference(grid)), False
 
 
 def _slug(values: dict) -> str:
@@ -277,7 +319,7 @@ def _html_table(table: pd.DataFrame) -> str:
 
 def _html(study: str, info: dict, frame: pd.DataFrame, tracking_uri: str, experiment: str,
           display: pd.DataFrame, correlations: pd.DataFrame, reading: str,
-          figs: list[_Figure], recons: list[_Figure], files: list[str]) -> str:
+          figs: list[_Figure], recons: list[_Figure], files: list[str], findings: Findings) -> str:
     e = html.escape
     counts = frame["status"].value_counts()
     status_text = ", ".join(f"{int(v)} {k.lower()}" for k, v in counts.items())
@@ -295,21 +337,27 @@ def _html(study: str, info: dict, frame: pd.DataFrame, tracking_uri: str, experi
         return (f'<figure id="{e(fig.name)}"><img src="data:image/png;base64,{data}" alt="{e(fig.name)}">'
                 f"<figcaption><code>{e(fig.name)}</code>: {e(fig.caption)}</figcaption></figure>")
 
+    smoke = " (smoke run)" if info.get("smoke") else ""
     parts = [
         "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>mae-study report: {e(study)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>Study <code>{e(study)}</code></h1>",
+        f"<title>mae-study report: {e(study)}{smoke}</title><style>{_CSS}</style></head><body>",
+        f"<h1>Study <code>{e(study)}</code>{smoke}</h1>",
         f"<p class='meta'>{len(frame)} trials ({e(status_text)}) · axes: "
         f"{e(', '.join(info['axes']) or 'none')} · grid: <code>{e(grid)}</code><br>"
         f"study run {e(info['run_id'])} started {e(started)} · report generated "
         f"{e(datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))}<br>"
         f"tracking URI <code>{e(tracking_uri)}</code> · experiment <code>{e(experiment)}</code></p>",
+        "<h2>Findings</h2>", f"<p>{e(findings.text)}</p>",
+        _html_table(findings.display) if len(findings.display) else "",
+        "<p class='meta'>Every number behind these words: <code>comparisons.csv</code>.</p>",
         "<h2>Summary by cell</h2>",
         "<p>Mean ± sd over seeds (sample sd, ddof=1); <code>n</code> counts finished runs, "
         "<code>n_failed</code> failed ones; a metric computed on fewer runs states its own n. "
         "Risks are in target units² (pixel² for raw targets); lower is better. Accuracies are on "
-        "the test split; higher is better; <code>random_*</code> columns are the same "
-        "evaluation of a freshly initialised model.</p>",
+        "the test split; higher is better; <code>(test ±se)</code> is the test set's binomial "
+        "standard error √(p(1−p)/n<sub>test</sub>), the uncertainty of one trial's accuracy from "
+        "the finite test set, beside the spread over seeds; <code>random_*</code> columns are "
+        "the same evaluation of a freshly initialised model.</p>",
         failed_html, _html_table(display),
         "<h2>Does lower risk mean a better representation?</h2>", f"<p>{e(reading)}</p>",
         _html_table(corr) if len(corr) else "<p>No risk and downstream metric were both logged.</p>",
@@ -341,14 +389,23 @@ def _write_tables(frame: pd.DataFrame, study: str, by: list[str], out: Path) -> 
     return display, paths
 
 
-def _write_correlations(frame: pd.DataFrame, study: str, axes: list[str],
-                        out: Path) -> tuple[pd.DataFrame, str, list[str], list[Path]]:
-    """``correlations.{csv,md}``: every (risk, downstream) pair and the paragraph reading them."""
+def _write_correlations(frame: pd.DataFrame, study: str, axes: list[str], out: Path,
+                        smoke: bool = False) -> tuple[pd.DataFrame, str, list[str], list[Path]]:
+    """``correlations.{csv,md}``: every (stratum, risk, downstream) row and the paragraph
+    reading them; a smoke run keeps the rows but states no statistic."""
     finished = frame[frame["status"] == "FINISHED"]
     risks = _present(finished, RISK_METRICS)
-    correlations = rank_correlations(frame, risks, _present(finished, DOWNSTREAM_METRICS))
-    if len(correlations):
-        reading = correlation_reading(correlations) + _caveat(axes, risks)
+    correlations = rank_correlations(frame, risks, _present(finished, DOWNSTREAM_METRICS), axes=axes)
+    if smoke:
+        numbers = [c for c in CORRELATION_COLUMNS if c.startswith(("spearman", "kendall"))]
+        correlations[numbers] = math.nan
+        correlations["reason"] = SMOKE_NOTE
+    if smoke and len(correlations):
+        reading = ("This is a smoke run (a few dozen updates on a few hundred images, to exercise "
+                   "the code): no Spearman or Kendall rank correlation is claimed.")
+        table = markdown_table(correlations[["stratum", "risk", "downstream", "n", "reason"]])
+    elif len(correlations):
+        reading = correlation_reading(correlations)
         table = markdown_table(correlations.round(3))
     else:
         reading, table = "No risk and downstream metric were both logged, so no correlation is reported.", ""
@@ -357,6 +414,80 @@ def _write_correlations(frame: pd.DataFrame, study: str, axes: list[str],
     paths[1].write_text(f"# {study}: rank correlations, risk vs downstream\n\n{reading}\n\n{table}",
                         encoding="utf-8")
     return correlations, reading, risks, paths
+
+
+@dataclass
+class Findings:
+    reference: dict  # the reference cell
+    named: bool  # the study named it (parent tag), or it is the documented default
+    comparisons: pd.DataFrame  # paired_comparisons + claim and verdict columns
+    display: pd.DataFrame  # the same as text, for the page and findings.md
+    text: str  # the paragraph above the table
+
+
+def _comparison_metrics(frame: pd.DataFrame, axes: Sequence[str]) -> list[str]:
+    """Downstream accuracies always; risks only when no axis changes what the risk measures
+    (otherwise a lower risk could mean an easier task, not a better model)."""
+    finished = frame[frame["status"] == "FINISHED"]
+    metrics = _present(finished, DOWNSTREAM_METRICS)
+    if not any(a in RISK_CHANGING_AXES for a in axes):
+        metrics = _present(finished, RISK_METRICS) + metrics
+    return metrics
+
+
+def _number(value: float, fmt: str) -> str:
+    return "—" if value != value else format(value, fmt)
+
+
+def _findings_display(comparisons: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
+    rows = []
+    for _, row in comparisons.iterrows():
+        interval = ("—" if row["ci_low"] != row["ci_low"]
+                    else f"[{row['ci_low']:+.3g}, {row['ci_high']:+.3g}]")
+        rows.append({"row": _cell_text({a: row[a] for a in axes}), "metric": row["metric"],
+                     "claim: row is": f"{row['claim']} (better)", "n": int(row["n"]),
+                     "difference (row − reference)": _number(row["mean_diff"], "+.3g"),
+                     "95% CI": interval, "Holm p": _number(row["p_holm"], ".2g"),
+                     "verdict": row["verdict"]})
+    return pd.DataFrame(rows, columns=["row", "metric", "claim: row is", "n", "difference (row − reference)",
+                                       "95% CI", "Holm p", "verdict"])
+
+
+def _write_findings(frame: pd.DataFrame, study: str, axes: list[str], info: dict,
+                    out: Path) -> tuple[Findings, list[Path]]:
+    """``comparisons.csv`` (every number of :func:`~analysis.stats.paired_comparisons`, with
+    the claim and the verdict) and ``findings.md`` (the verdicts in words)."""
+    reference, named = study_reference(info, frame, axes)
+    comparisons = paired_comparisons(frame, axes, reference, _comparison_metrics(frame, axes))
+    comparisons["claim"] = ["lower" if METRICS[m].lower_is_better else "higher" for m in comparisons["metric"]]
+    comparisons["verdict"] = [verdict(row, row["claim"]) for _, row in comparisons.iterrows()]
+    display = _findings_display(comparisons, axes)
+    source = ("named by the study (its run's reference tag)" if named else
+              "the documented default (the cell at the Config defaults, else the grid's first cell)")
+    text = (f"Reference row: {_cell_text(reference)}, {source}. Each row is compared with it on "
+            f"every downstream accuracy (and on the risks when no axis changes what a risk "
+            f"measures), paired by seed: the difference is row − reference over the seeds both "
+            f"finished, with a 95% t-interval and a paired t-test whose p is Holm-corrected "
+            f"across the rows of each metric. The claim tested is that the row is better "
+            f"(higher accuracy, lower risk): \"supported\" when the Holm p is below 0.05 and "
+            f"the difference lies that way, \"contradicted\" when it is below 0.05 the other "
+            f"way, otherwise \"not resolved at n=N\" with the smallest difference that n pairs "
+            f"at the observed spread would detect with 80% power (two-sided α = 0.05).")
+    if not axes:
+        text = "The study has a single cell, so no row is compared with a reference."
+    elif not len(comparisons):
+        text += " No finished trial logged a metric to compare, so nothing is claimed."
+    elif not (comparisons["n"] > 0).any():
+        text += " The reference row has no finished trial paired with another row, so nothing is claimed."
+    if info.get("smoke"):
+        text = ("Smoke run: a few dozen updates on a few hundred images, to exercise the code; "
+                "whatever the verdicts say, they are not findings of the study. ") + text
+    paths = [out / "comparisons.csv", out / "findings.md"]
+    comparisons.to_csv(paths[0], index=False)
+    title = f"{study}{' (smoke run)' if info.get('smoke') else ''}: findings"
+    paths[1].write_text(f"# {title}\n\n{text}\n\n{markdown_table(display) if len(display) else ''}",
+                        encoding="utf-8")
+    return Findings(reference, named, comparisons, display, text), paths
 
 
 def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Sequence[str] = ("png", "pdf"),
@@ -378,13 +509,15 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
     # the effective ratio is a property of the cell: show it beside the nominal one
     by = axes + (["effective_mask_ratio"] if "mask_ratio" in axes and "effective_mask_ratio" in frame else [])
 
+    findings, findings_paths = _write_findings(frame, study, axes, info, out)
     display, table_paths = _write_tables(frame, study, by, out)
-    correlations, reading, risks, correlation_paths = _write_correlations(frame, study, axes, out)
+    correlations, reading, risks, correlation_paths = _write_correlations(frame, study, axes, out,
+                                                                          smoke=info["smoke"])
     figs = _make_figures(frame, axes, tracking_uri, correlations, risks, out, formats)
     recons = _reconstructions(frame, axes, tracking_uri, out)
-    files = [p.name for p in table_paths + correlation_paths]
+    files = [p.name for p in findings_paths + table_paths + correlation_paths]
     files += [f"fig_{f.name}.{fmt}" for f in figs for fmt in formats] + [f"{f.name}.png" for f in recons]
     index = out / "index.html"
     index.write_text(_html(study, info, frame, tracking_uri, experiment, display, correlations,
-                           reading, figs, recons, files + [index.name]), encoding="utf-8")
+                           reading, figs, recons, files + [index.name], findings), encoding="utf-8")
     return index

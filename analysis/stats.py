@@ -1,22 +1,38 @@
-"""Statistics over trials: per-cell mean ± std over seeds, and rank correlations between risks
-and downstream accuracy with bootstrap intervals.
+"""Statistics over trials: what a report may claim.
 
-Convention: a risk is better when *lower*, an accuracy when *higher*, so a *negative*
-correlation between a risk and an accuracy means the risk ranks trials the way the downstream
-task does.
+* :func:`summarise`: per-cell mean ± sd over seeds, with the test set's binomial standard error
+  of each accuracy beside the seed spread.
+* :func:`paired_comparisons` and :func:`verdict`: every cell against the study's reference
+  cell, paired by seed, with a 95% t-interval, a Holm-corrected p and the smallest difference
+  the design could detect; the verdict words follow from those numbers only.
+* :func:`rank_correlations`: risk vs downstream rank correlations, only among trials whose
+  risk is the same quantity, with a cluster bootstrap over cells; none below
+  :data:`MIN_TRIALS` trials.
+
+Convention: a risk is better when *lower*, an accuracy when *higher* (``lower_is_better`` of
+:data:`evaluation.metrics.METRICS`), so a *negative* correlation between a risk and an
+accuracy means the risk ranks trials the way the downstream task does.
 """
 
 from __future__ import annotations
 
+import math
+from functools import lru_cache
+
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
+from scipy.optimize import brentq
 
-from evaluation.metrics import METRICS
+from evaluation.metrics import METRICS, RISK_MEANING_AXES
 
 FINISHED = "FINISHED"
 FAILED = "FAILED"
-MIN_TRIALS = 3  # fewer paired trials than this give no rank correlation worth stating
+MIN_TRIALS = 8  # fewer trials than this: no rank correlation is claimed (NaN with a reason)
+MIN_CLUSTERS = 4  # a cluster bootstrap over fewer cells has too few distinct resamples to claim
+ALPHA = 0.05  # two-sided level of every test, interval (95%) and verdict
+POWER = 0.80  # the power at which the smallest detectable difference is stated
+TEST_SIZE = "probe_test_size"  # the metric holding the number of test images of the probes
 
 # Plain-language names for sentences (figures add units to their own labels).
 PLAIN_NAMES = {m.name: m.plain for m in METRICS.values() if m.kind in ("risk", "downstream")}
@@ -37,6 +53,11 @@ def summarise(frame: pd.DataFrame, by: list[str], metrics: list[str]) -> pd.Data
     None); and for each metric ``<metric>_mean``, ``<metric>_std`` (sample std, ddof=1, NaN for
     one run) and ``<metric>_n`` over the FINISHED runs that logged it. Cells whose every run
     failed are kept, with NaN statistics.
+
+    Where the frame has :data:`TEST_SIZE` (``probe_test_size``), each accuracy (unit
+    "fraction", kind downstream or reference) also gets ``<metric>_binom_se``: the test set's
+    binomial standard error √(p(1-p)/n_test) at the cell's mean accuracy p and its mean n_test,
+    the uncertainty one trial's accuracy carries from the finite test set alone.
     """
     keys = list(by) or ["study"]  # a study with no axes is one cell
     status = frame["status"]
@@ -62,7 +83,192 @@ def summarise(frame: pd.DataFrame, by: list[str], metrics: list[str]) -> pd.Data
         summary[f"{metric}_mean"] = values.mean()
         summary[f"{metric}_std"] = values.std()  # ddof=1
         summary[f"{metric}_n"] = values.count().reindex(summary.index, fill_value=0).astype(int)
+        if TEST_SIZE in work and _is_accuracy(metric):
+            n_test = finished[TEST_SIZE].mean().reindex(summary.index)
+            summary[f"{metric}_binom_se"] = binomial_se(summary[f"{metric}_mean"].to_numpy(), n_test.to_numpy())
     return summary.reset_index()
+
+
+def _is_accuracy(metric: str) -> bool:
+    known = METRICS.get(metric)
+    return known is not None and known.unit == "fraction" and known.kind in ("downstream", "reference")
+
+
+def binomial_se(accuracy, n_test):
+    """The binomial standard error √(p(1-p)/n) of an accuracy p measured on n test images
+    (elementwise over arrays; NaN where n is missing or not positive)."""
+    p = np.asarray(accuracy, dtype=float)
+    n = np.asarray(n_test, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.sqrt(p * (1 - p) / np.where(n > 0, n, np.nan))
+# ---------------------------------------------------------------------- paired comparisons
+
+COMPARISON_COLUMNS = ["metric", "n", "reference_mean", "mean", "mean_diff", "sd_diff", "ci_low",
+                      "ci_high", "t", "p", "p_holm", "detectable_diff"]
+
+
+def _is_missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def cell_mask(frame: pd.DataFrame, cell: dict) -> pd.Series:
+    """Rows of ``frame`` whose every key in ``cell`` has that value (None/NaN matches missing)."""
+    mask = pd.Series(True, index=frame.index)
+    for key, value in cell.items():
+        column = frame[key]
+        mask &= column.isna() if _is_missing(value) else (column == value).fillna(False).astype(bool)
+    return mask
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm's step-down adjustment of a family of p-values: the i-th smallest of m becomes
+    max over j ≤ i of min(1, (m - j + 1)·p_(j)). NaN p-values stay NaN and do not count in m."""
+    p = np.asarray(pvalues, dtype=float)
+    adjusted = np.full(p.shape, np.nan)
+    finite = np.flatnonzero(np.isfinite(p))
+    m = len(finite)
+    running = 0.0
+    for rank, i in enumerate(finite[np.argsort(p[finite], kind="stable")]):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def detectable_difference(n: int, sd: float, *, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The smallest true mean difference |δ| that a two-sided paired t-test at level ``alpha``
+    detects with probability ``power``, for ``n`` pairs whose differences have sd ``sd``.
+
+    Exact for normal differences: the t statistic is noncentral t with n-1 degrees of freedom
+    and noncentrality δ√n/sd (scipy.stats.nct); solved for δ by root finding. NaN for n < 2 or
+    no spread. Not adjusted for multiplicity (a Holm-corrected test needs a larger δ).
+    """
+    if n < 2 or not (sd > 0 and math.isfinite(sd)):
+        return math.nan
+    return _noncentrality(int(n) - 1, alpha, power) * sd / math.sqrt(n)
+
+
+@lru_cache(maxsize=256)
+def _noncentrality(df: int, alpha: float, power: float) -> float:
+    """The noncentrality at which a two-sided t-test with ``df`` degrees of freedom rejects at
+    level ``alpha`` with probability ``power`` (δ scales with sd, so one root per n serves all)."""
+    crit = sps.t.ppf(1 - alpha / 2, df)
+
+    def shortfall(nc: float) -> float:
+        # the far tail (T < -crit at nc ≥ 0) is below rounding where scipy's series gives NaN
+        far = sps.nct.cdf(-crit, df, nc)
+        return sps.nct.sf(crit, df, nc) + (0.0 if math.isnan(far) else far) - power
+
+    upper = crit + 4.0
+    while shortfall(upper) < 0:
+        upper *= 2
+    return float(brentq(shortfall, 0.0, upper, xtol=1e-10))
+
+
+def _no_spread(differences: np.ndarray) -> bool:
+    """Differences equal up to rounding: a t statistic would be ±inf or noise over noise."""
+    scale = max(float(np.abs(differences).max()), np.finfo(float).tiny)
+    return float(np.std(differences)) <= 1e-9 * scale
+
+
+def paired_difference(values: np.ndarray, reference: np.ndarray) -> dict[str, float]:
+    """Paired statistics of ``values - reference`` (arrays aligned by seed): n, means, the mean
+    difference, its sd, the 95% t-interval, t, the two-sided p (scipy.stats.ttest_1samp) and
+    the smallest detectable difference. With fewer than 2 pairs, or differences without spread,
+    the interval, t and p are NaN."""
+    values, reference = np.asarray(values, dtype=float), np.asarray(reference, dtype=float)
+    differences = values - reference
+    n = len(differences)
+    out = {"n": n, "reference_mean": math.nan, "mean": math.nan, "mean_diff": math.nan,
+           "sd_diff": math.nan, "ci_low": math.nan, "ci_high": math.nan, "t": math.nan,
+           "p": math.nan, "detectable_diff": math.nan}
+    if n == 0:
+        return out
+    out.update(reference_mean=float(reference.mean()), mean=float(values.mean()),
+               mean_diff=float(differences.mean()))
+    if n < 2:
+        return out
+    if _no_spread(differences):
+        out["sd_diff"] = 0.0
+        return out
+    sd = float(differences.std(ddof=1))
+    test = sps.ttest_1samp(differences, 0.0)
+    interval = test.confidence_interval(1 - ALPHA)
+    out.update(sd_diff=sd, ci_low=float(interval.low), ci_high=float(interval.high),
+               t=float(test.statistic), p=float(test.pvalue), detectable_diff=detectable_difference(n, sd))
+    return out
+
+
+def paired_comparisons(frame: pd.DataFrame, axes: list[str], reference: dict, metrics: list[str]) -> pd.DataFrame:
+    """Every non-reference cell against the ``reference`` cell, per metric, paired by seed.
+
+    ``frame`` holds one row per trial (``status``, ``seed``, the ``axes`` and the metrics);
+    only FINISHED trials count, and a pair needs both trials of a seed to have logged the
+    metric. ``reference`` maps every axis to its value. A row per (cell, metric), cells in
+    grid order, metrics in the given order; columns: the axes, then
+    :data:`COMPARISON_COLUMNS`: ``n`` pairs, ``reference_mean`` and ``mean`` over those pairs,
+    ``mean_diff`` (cell - reference) and ``sd_diff``, the 95% t-interval ``ci_low``/``ci_high``,
+    the paired t-test's ``t`` and two-sided ``p``, ``p_holm`` and ``detectable_diff`` (see
+    :func:`detectable_difference`).
+
+    Multiplicity: ``p_holm`` is Holm-corrected within each metric's family, the comparisons of
+    every non-reference cell with the reference on that metric (each metric is its own
+    question: does the axis change this quantity?). Rows without a p (fewer than 2 pairs, no
+    spread) are not in the family.
+    """
+    if set(reference) != set(axes):
+        raise ValueError(f"the reference {reference} does not name every axis of {list(axes)}")
+    finished = frame[frame["status"] == FINISHED] if "status" in frame else frame
+    metrics = [m for m in metrics if m in finished]
+    is_reference = cell_mask(finished, reference)
+    by_seed = finished[is_reference].groupby("seed")[metrics].mean()  # the reference, per seed
+    rows = []
+    if axes:
+        for key, cell in finished[~is_reference].groupby(list(axes), dropna=False, sort=True):
+            values = dict(zip(axes, key))
+            mine = cell.groupby("seed")[metrics].mean()
+            for metric in metrics:
+                pairs = pd.concat([mine[metric].rename("x"), by_seed[metric].rename("r")], axis=1,
+                                  join="inner").dropna()
+                rows.append({**values, "metric": metric,
+                             **paired_difference(pairs["x"].to_numpy(), pairs["r"].to_numpy())})
+    table = pd.DataFrame(rows, columns=[*axes, *COMPARISON_COLUMNS])
+    table["n"] = table["n"].astype(int)
+    table["p_holm"] = np.nan
+    for metric, family in table.groupby("metric", sort=False).groups.items():
+        table.loc[family, "p_holm"] = holm(table.loc[family, "p"].to_numpy())
+    return table
+
+
+def _direction_of(metric: str) -> str:
+    if metric not in METRICS:
+        raise ValueError(f"no better direction known for {metric!r}; pass direction='higher' or 'lower'")
+    return "lower" if METRICS[metric].lower_is_better else "higher"
+
+
+def verdict(row, direction: str | None = None) -> str:
+    """The verdict words of one :func:`paired_comparisons` row, from its numbers alone.
+
+    Convention: the difference is the row's cell minus the reference cell, paired by seed; the
+    claim is that it lies in ``direction``: "higher" or "lower" (None: the metric's better
+    direction from ``lower_is_better`` in :data:`evaluation.metrics.METRICS`, i.e. the claim
+    "this row is better than the reference").
+
+    * "supported": Holm-corrected p < 0.05 and the mean difference in the claimed direction;
+    * "contradicted": Holm-corrected p < 0.05 and the mean difference the other way;
+    * otherwise "not resolved at n=N (smallest detectable difference D)": N pairs, D the
+      ``detectable_diff`` (80% power, two-sided α = 0.05, this n and sd), "unknown" where it
+      cannot be computed (fewer than 2 pairs, or differences without spread).
+    """
+    direction = direction or _direction_of(row["metric"])
+    if direction not in ("higher", "lower"):
+        raise ValueError(f"direction {direction!r}: expected 'higher' or 'lower'")
+    p, difference = float(row["p_holm"]), float(row["mean_diff"])
+    if p < ALPHA and difference != 0:
+        agrees = (difference > 0) == (direction == "higher")
+        return "supported" if agrees else "contradicted"
+    detectable = float(row["detectable_diff"])
+    shown = f"{detectable:.2g}" if math.isfinite(detectable) else "unknown"
+    return f"not resolved at n={int(row['n'])} (smallest detectable difference {shown})"
 
 
 # ------------------------------------------------------------------------- correlations
@@ -101,23 +307,71 @@ def _percentile_interval(samples: np.ndarray, level: float = 0.95) -> tuple[floa
     return float(low), float(high)
 
 
-def correlation_with_interval(x: np.ndarray, y: np.ndarray, *, n_boot: int = 2000,
+def cluster_bootstrap_indices(clusters, n_boot: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``n_boot`` bootstrap samples of trial indices that resample *clusters*, not trials:
+    each sample draws as many clusters as there are, with replacement, and takes every trial of
+    each drawn cluster (trials of one grid cell share its config, so they are not independent
+    draws). ``clusters`` labels each trial (any hashable values; None/NaN is a label too)."""
+    codes, uniques = pd.factorize(pd.Series(list(clusters), dtype=object), use_na_sentinel=False)
+    members = [np.flatnonzero(codes == c) for c in range(len(uniques))]
+    draws = rng.integers(0, len(members), size=(n_boot, len(members)))
+    return [np.concatenate([members[c] for c in row]) for row in draws]
+
+
+def _bootstrap_rows(x: np.ndarray, y: np.ndarray, samples: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Spearman ρ and Kendall τ_b of every bootstrap sample (samples of one length at a time,
+    in chunks that keep the Kendall sign matrices small)."""
+    rhos, taus = [], []
+    by_length: dict[int, list[np.ndarray]] = {}
+    for index in samples:
+        by_length.setdefault(len(index), []).append(index)
+    for length, group in by_length.items():
+        index = np.stack(group)
+        chunk = max(1, 2_000_000 // max(1, length * length))
+        for start in range(0, len(index), chunk):
+            part = index[start:start + chunk]
+            xb, yb = x[part], y[part]
+            rhos.append(_pearson_rows(_ranks(xb), _ranks(yb)))
+            taus.append(_kendall_rows(xb, yb))
+    return np.concatenate(rhos), np.concatenate(taus)
+
+
+_CORRELATION_KEYS = ("spearman_rho", "spearman_low", "spearman_high", "spearman_p", "kendall_tau",
+                     "kendall_low", "kendall_high", "kendall_p")
+
+
+def correlation_with_interval(x: np.ndarray, y: np.ndarray, *, clusters=None, n_boot: int = 2000,
                               seed: int = 0) -> dict[str, float]:
     """Spearman ρ and Kendall τ_b of paired ``x [n]``, ``y [n]`` with their p-values (scipy)
-    and 95% percentile bootstrap intervals (trials resampled with replacement, pairs kept)."""
+    and 95% percentile bootstrap intervals from a cluster bootstrap
+    (:func:`cluster_bootstrap_indices`; ``clusters=None``: every trial its own cluster).
+
+    Also ``n`` (trials), ``n_clusters`` and ``reason``: None when the statistics are stated,
+    else why they are NaN (fewer than :data:`MIN_TRIALS` trials; fewer than
+    :data:`MIN_CLUSTERS` clusters, where 3 cells give only 10 distinct resamples; or a constant
+    column). The p-values treat trials as independent; the intervals respect the clusters.
+    """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     n = len(x)
-    out = {"n": n}
-    if n < MIN_TRIALS or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return out | {key: np.nan for key in ("spearman_rho", "spearman_low", "spearman_high",
-                                              "spearman_p", "kendall_tau", "kendall_low",
-                                              "kendall_high", "kendall_p")}
+    labels = list(range(n)) if clusters is None else list(clusters)
+    n_clusters = len(pd.unique(pd.Series(labels, dtype=object))) if n else 0
+    out = {"n": n, "n_clusters": n_clusters, "reason": None}
+    reason = None
+    if n < MIN_TRIALS:
+        reason = f"n={n} trials, fewer than {MIN_TRIALS}: no correlation claimed"
+    elif n_clusters < MIN_CLUSTERS:
+        reason = (f"{n_clusters} cells, fewer than {MIN_CLUSTERS} for a cluster bootstrap: "
+                  f"no correlation claimed")
+    elif np.ptp(x) == 0 or np.ptp(y) == 0:
+        reason = "a constant column: no rank order to correlate"
+    if reason is not None:
+        return out | {key: np.nan for key in _CORRELATION_KEYS} | {"reason": reason}
     spearman = sps.spearmanr(x, y)
     kendall = sps.kendalltau(x, y)
-    index = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
-    xb, yb = x[index], y[index]  # [n_boot, n]
-    rho_low, rho_high = _percentile_interval(_pearson_rows(_ranks(xb), _ranks(yb)))
-    tau_low, tau_high = _percentile_interval(_kendall_rows(xb, yb))
+    samples = cluster_bootstrap_indices(labels, n_boot, np.random.default_rng(seed))
+    rho_samples, tau_samples = _bootstrap_rows(x, y, samples)
+    rho_low, rho_high = _percentile_interval(rho_samples)
+    tau_low, tau_high = _percentile_interval(tau_samples)
     return out | {
         "spearman_rho": float(spearman.statistic), "spearman_low": rho_low,
         "spearman_high": rho_high, "spearman_p": float(spearman.pvalue),
@@ -126,55 +380,98 @@ def correlation_with_interval(x: np.ndarray, y: np.ndarray, *, n_boot: int = 200
     }
 
 
-def rank_correlations(frame: pd.DataFrame, risks: list[str], downstream: list[str], *,
-                      n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """A row per (risk, downstream) pair over FINISHED trials that logged both.
+CORRELATION_COLUMNS = ["stratum", "risk", "downstream", "n", "n_clusters", *_CORRELATION_KEYS, "reason"]
+STRATUM_KEYS = (*RISK_MEANING_AXES, "steps")  # trials correlated together share all of these
 
-    Columns: ``risk, downstream, n, spearman_rho, spearman_low, spearman_high, spearman_p,
-    kendall_tau, kendall_low, kendall_high, kendall_p`` (NaN with fewer than 3 trials or a
-    constant column). Pairs whose columns are absent from ``frame`` are skipped.
+
+def _label(keys: list[str], values: tuple) -> str:
+    return ", ".join(f"{k}={v}" for k, v in zip(keys, values)) or "all trials"
+
+
+def rank_correlations(frame: pd.DataFrame, risks: list[str], downstream: list[str], *,
+                      axes: list[str] | tuple[str, ...] = (), n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """A row per (stratum, risk, downstream) over FINISHED trials that logged both.
+
+    A *stratum* is a set of trials whose risk is the same quantity: they share every key of
+    :data:`STRATUM_KEYS` (the config keys of ``RISK_MEANING_AXES``, which change what a risk
+    measures, plus the training length ``steps``) present in ``frame``; ``stratum`` names the
+    keys that vary in ``frame`` ("all trials" when none does). Correlations are computed only
+    within a stratum: across the cells it holds (cells differ on the other ``axes``), or within
+    one cell across its seeds. The bootstrap resamples cells (every trial of a drawn cell goes
+    along) when a stratum holds several cells (at least :data:`MIN_CLUSTERS` are needed),
+    trials when it holds one.
+
+    Columns: :data:`CORRELATION_COLUMNS`; statistics are NaN, with a ``reason``, below
+    :data:`MIN_TRIALS` trials or for a constant column. Pairs whose columns are absent from
+    ``frame`` are skipped.
     """
     finished = frame[frame["status"] == FINISHED] if "status" in frame else frame
+    keys = [k for k in STRATUM_KEYS if k in finished]
+    shown = [k for k in keys if finished[k].nunique(dropna=False) > 1]
+    cell_keys = [a for a in axes if a in finished]
+    strata = finished.groupby(keys, dropna=False, sort=True) if keys else [((), finished)]
     rows = []
-    for risk in risks:
-        for target in downstream:
-            if risk not in finished or target not in finished:
-                continue
-            paired = finished[[risk, target]].dropna()
-            rows.append({"risk": risk, "downstream": target,
-                         **correlation_with_interval(paired[risk].to_numpy(), paired[target].to_numpy(),
-                                                     n_boot=n_boot, seed=seed)})
-    columns = ["risk", "downstream", "n", "spearman_rho", "spearman_low", "spearman_high",
-               "spearman_p", "kendall_tau", "kendall_low", "kendall_high", "kendall_p"]
-    return pd.DataFrame(rows, columns=columns)
+    for values, stratum in strata:
+        label = _label(shown, tuple(dict(zip(keys, values))[k] for k in shown))
+        if cell_keys:
+            clusters = list(stratum[cell_keys].astype(str).itertuples(index=False, name=None))
+            one_cell = len(set(clusters)) == 1
+        else:
+            clusters, one_cell = None, True
+        for risk in risks:
+            for target in downstream:
+                if risk not in finished or target not in finished:
+                    continue
+                keep = stratum[[risk, target]].notna().all(axis=1).to_numpy()
+                labels = None if one_cell else [c for c, k in zip(clusters, keep) if k]
+                paired = stratum[keep]
+                rows.append({"stratum": label, "risk": risk, "downstream": target,
+                             **correlation_with_interval(paired[risk].to_numpy(), paired[target].to_numpy(),
+                                                         clusters=labels, n_boot=n_boot, seed=seed)})
+    return pd.DataFrame(rows, columns=CORRELATION_COLUMNS)
 
 
 def correlation_reading(correlations: pd.DataFrame) -> str:
     """One plain-language paragraph: which risks ranked trials like which downstream metric.
 
     Reads the Spearman rows of :func:`rank_correlations`; an interval that contains 0 is
-    reported as no supported monotone relation.
+    reported as no supported monotone relation; strata below :data:`MIN_TRIALS` trials are
+    counted, not read.
     """
     usable = correlations.dropna(subset=["spearman_rho"])
     if usable.empty:
         n = int(correlations["n"].max()) if len(correlations) else 0
-        return (f"Too few finished trials with both a risk and a downstream metric (n={n}; at least "
-                f"{MIN_TRIALS} are needed) to state a rank correlation.")
+        return (f"Too few finished trials with both a risk and a downstream metric whose risk is "
+                f"the same quantity (at most n={n} per stratum; at least {MIN_TRIALS} trials, and "
+                f"{MIN_CLUSTERS} cells when a stratum spans several, are needed), so no Spearman "
+                f"or Kendall rank correlation is claimed.")
+    strata = list(dict.fromkeys(usable["stratum"]))
     ns = sorted(set(usable["n"].astype(int)))
     trials = f"{ns[0]} trials" if len(ns) == 1 else f"{ns[0]}–{ns[-1]} trials (pairs differ in coverage)"
-    sentences = [f"Across {trials}: lower risk is better and higher accuracy is better, so a "
+    where = "" if strata == ["all trials"] else (
+        f" of {strata[0]}" if len(strata) == 1 else f" per stratum ({len(strata)} strata)")
+    sentences = [f"Across {trials}{where}: lower risk is better and higher accuracy is better, so a "
                  f"negative rank correlation means the risk orders trials the way the downstream "
-                 f"task does."]
+                 f"task does. Only trials whose risk is the same quantity are correlated together "
+                 f"(same {', '.join(STRATUM_KEYS)}); intervals are 95% bootstrap intervals that "
+                 f"resample cells, not trials."]
     for row in usable.itertuples():
         risk, target = plain_name(row.risk), plain_name(row.downstream)
+        prefix = "" if len(strata) == 1 else f"At {row.stratum}: "
         stat = (f"Spearman ρ={row.spearman_rho:+.2f}, 95% CI [{row.spearman_low:+.2f}, "
-                f"{row.spearman_high:+.2f}]; Kendall τ={row.kendall_tau:+.2f}")
-        if row.spearman_low <= 0 <= row.spearman_high:
-            sentences.append(f"For {risk} and {target} the interval contains 0 ({stat}), so no "
+                f"{row.spearman_high:+.2f}]; Kendall τ={row.kendall_tau:+.2f}; n={int(row.n)} trials "
+                f"in {int(row.n_clusters)} clusters")
+        if not (row.spearman_low > 0 or row.spearman_high < 0):
+            sentences.append(f"{prefix}For {risk} and {target} the interval contains 0 ({stat}), so no "
                              f"monotone relation is supported.")
         elif row.spearman_rho < 0:
-            sentences.append(f"Lower {risk} went with higher {target} ({stat}): the good direction.")
+            sentences.append(f"{prefix}Lower {risk} went with higher {target} ({stat}): the good direction.")
         else:
-            sentences.append(f"Lower {risk} went with lower {target} ({stat}): reconstruction and "
+            sentences.append(f"{prefix}Lower {risk} went with lower {target} ({stat}): reconstruction and "
                              f"this downstream task disagree.")
+    refused = len(correlations) - len(usable)
+    if refused:
+        sentences.append(f"{refused} further row(s) of risk and downstream metric claim nothing "
+                         f"(fewer than {MIN_TRIALS} trials or {MIN_CLUSTERS} cells in their "
+                         f"stratum, or a constant column; see their reason).")
     return " ".join(sentences)

@@ -14,5 +14,7 @@ STUDY = Study(
     base={"dataset": "digits", "objective": "dae", "steps": 1000},
     axes={"corruption": ["gaussian", "masking", "salt_pepper"], "corruption_level": [0.1, 0.3]},
     smoke_axes={"corruption": ["gaussian", "masking"], "corruption_level": [0.3]},
+    # Config resolves a DAE's corruption to gaussian; 0.3 is the level the smoke grid also runs
+    reference={"corruption": "gaussian", "corruption_level": 0.3},
     doc=__doc__,
 )

@@ -13,5 +13,6 @@ STUDY = Study(
     base={"dataset": "digits", "steps": 1000},
     axes={"decoder_width": [16, 32, 64, 128]},
     smoke_axes={"decoder_width": [16, 32]},
+    reference={"decoder_width": 32},  # the Config default (MAE's 512 is for ViT-L on ImageNet)
     doc=__doc__,
 )

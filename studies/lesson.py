@@ -24,6 +24,7 @@ STUDY = Study(
     axes={"mask_ratio": [0.25, 0.5, 0.75, 0.9]},
     seeds=(0, 1, 2, 3, 4),
     smoke_axes={"mask_ratio": [0.75]},
+    reference={"mask_ratio": 0.75},  # the ratio whose encoder the lesson probes
     # 4 per class = the lesson's 8 labelled examples, for the frozen probe and for fine-tuning
     evaluation={"fewshot": 4, "finetune_steps": 200, "finetune_shots": 4},
     doc=__doc__,

@@ -17,6 +17,7 @@ STUDY = Study(
     axes={"mask_ratio": [0.1, 0.25, 0.5, 0.75, 0.9]},
     seeds=(0, 1, 2),
     smoke_axes={"mask_ratio": [0.25, 0.75]},
+    reference={"mask_ratio": 0.75},  # MAE's default and the Config default
     evaluation={"finetune_steps": 200},  # MAE Figure 5 sets fine-tuning beside the linear probe
     doc=__doc__,
 )

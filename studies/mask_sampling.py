@@ -14,5 +14,6 @@ STUDY = Study(
     paper="MAE Table 1f",
     base={"dataset": "digits", "steps": 1000},
     axes={"mask_sampling": ["random", "block", "grid"]},
+    reference={"mask_sampling": "random"},  # the spec's Uniform(V_k)
     doc=__doc__,
 )

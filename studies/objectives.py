@@ -14,5 +14,6 @@ STUDY = Study(
     paper="spec: R_rec vs R_den vs R_MAE",
     base={"dataset": "digits", "steps": 1000},
     axes={"objective": ["ae", "dae", "mae"]},
+    reference={"objective": "mae"},
     doc=__doc__,
 )

@@ -74,6 +74,7 @@ class StudyPlan:
     base: dict[str, Any]  # keys every trial shares
     axes: dict[str, list[Any]]  # the grid_search axes, seeds included as "seed"
     cells: list[dict[str, Any]]
+    reference: dict[str, Any]  # the reference cell of this grid (Study.reference_cell)
 
 
 def plan_study(study: Study, *, smoke: bool, overrides: dict[str, Any]) -> StudyPlan:
@@ -93,7 +94,8 @@ def plan_study(study: Study, *, smoke: bool, overrides: dict[str, Any]) -> Study
     axes = study.grid_axes(smoke, overrides)
     axes["seed"] = sorted({cell["seed"] for cell in cells})
     base = {k: v for k, v in cells[0].items() if k not in axes}
-    return StudyPlan(study=study, base=base, axes=axes, cells=cells)
+    return StudyPlan(study=study, base=base, axes=axes, cells=cells,
+                     reference=study.reference_cell(smoke, overrides))
 
 
 # --------------------------------------------------------------------------- preflight
@@ -287,6 +289,8 @@ def _create_parent(client, experiment_id: str, plan: StudyPlan, options: RunOpti
         "study": plan.study.name, "study_axes": json.dumps([a for a in plan.axes if a != "seed"]),
         "grid": json.dumps(plan.axes, default=str), "smoke": str(options.smoke),
         "ray_address": options.address or "local", "paper": plan.study.paper,
+        # the row every other row is compared with; a report reads it from here (MLflow alone)
+        "reference": json.dumps(plan.reference, default=str),
     })
     state = {"study": plan.study.name, "parent_run_id": parent, "name": name,
              "ray_path": str(options.out_dir / "ray" / name),

@@ -13,5 +13,6 @@ STUDY = Study(
     base={"dataset": "digits"},
     axes={"steps": [250, 500, 1000, 2000]},
     smoke_axes={"steps": [20, 40]},
+    reference={"steps": 2000},  # the Config default, the longest schedule
     doc=__doc__,
 )

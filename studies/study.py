@@ -1,8 +1,13 @@
-"""What a study is: a base config, the axes it varies, the seeds, and a smoke size.
+"""What a study is: a base config, the axes it varies, the seeds, a smoke size and a reference row.
 
 A study states only the keys that differ from :class:`~mae_core.config.Config`'s defaults
 (house style: defaults live in one typed place). Its grid is the full factorial of its axes
 times its seeds; every cell is one trial and one MLflow child run.
+
+The *reference* is the cell every other cell is compared with, paired by seed (the spec's or
+the paper's default). Documented default, used when a study names none or when the grid that
+runs (``--smoke``, an axis override) lacks the named cell: :func:`default_reference`, the cell
+whose axis values equal the Config defaults, else the first cell of the grid.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from mae_core.config import EVAL_PREFIX, Config, parse_value
+from pydantic import TypeAdapter, ValidationError
+
+from mae_core.config import EVAL_PREFIX, Config, EvalConfig, parse_value
 
 # Every study's trials: exact masked risk where |V_k| is at most 500, Monte Carlo with 64 masks
 # per test image (and its standard error) above, so evaluation stays a few seconds per trial.
@@ -36,6 +43,25 @@ class Study:
     smoke_axes: dict[str, list[Any]] | None = None  # a smaller grid for --smoke, if needed
     evaluation: dict[str, Any] = field(default_factory=dict)  # eval.* keys (EvalConfig), without the prefix
     doc: str = ""
+    # The cell every other row is compared with (axis -> value); None: default_reference(axes)
+    reference: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.reference is None:
+            return
+        if set(self.reference) != set(self.axes):
+            raise ValueError(f"study {self.name}: reference keys {sorted(self.reference)} "
+                             f"are not its axes {sorted(self.axes)}")
+        if find_cell(self.reference, self.axes) is None:
+            raise ValueError(f"study {self.name}: reference {self.reference} is not a cell of {self.axes}")
+
+    def reference_cell(self, smoke: bool = False, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The reference cell of the grid that runs: :attr:`reference` where that grid holds
+        it, else :func:`default_reference` of that grid; values typed as Config holds them."""
+        axes = self.grid_axes(smoke, overrides)
+        named = find_cell(self.reference, axes) if self.reference is not None else None
+        cell = named if named is not None else default_reference(axes)
+        return {key: _typed(key, value) for key, value in cell.items()}
 
     def grid_axes(self, smoke: bool = False, overrides: dict[str, Any] | None = None) -> dict[str, list[Any]]:
         """The axes of the grid; an override of an axis key (``mask_ratio=0.5,0.75``) replaces its values."""
@@ -78,6 +104,51 @@ class Study:
     @property
     def summary(self) -> str:
         return (self.doc.strip().splitlines() or [self.name])[0]
+
+
+def _typed(key: str, value: Any) -> Any:
+    """``value`` as the config field ``key`` holds it ("0.75" -> 0.75, "True" -> True);
+    unchanged where the key is not a config field or the value does not validate."""
+    name = key.removeprefix(f"{EVAL_PREFIX}.")
+    fields = EvalConfig.model_fields if key.startswith(f"{EVAL_PREFIX}.") else Config.model_fields
+    if name not in fields:
+        return value
+    try:
+        return TypeAdapter(fields[name].annotation).validate_python(value)
+    except ValidationError:
+        return value
+
+
+def _config_defaults() -> dict[str, Any]:
+    """Every config key's declared default (``eval.*`` keys flattened), unresolved."""
+    config = Config()
+    values = config.model_dump(exclude={EVAL_PREFIX})
+    values.update({f"{EVAL_PREFIX}.{k}": v for k, v in config.eval.model_dump().items()})
+    return values
+
+
+def find_cell(cell: dict[str, Any], axes: dict[str, list[Any]]) -> dict[str, Any] | None:
+    """The grid cell of ``axes`` (its values as ``axes`` spells them) equal to ``cell`` on
+    every axis, compared as typed config values; None if ``cell`` is not one of its cells."""
+    if set(cell) != set(axes):
+        return None
+    found = {}
+    for key, values in axes.items():
+        match = [v for v in values if _typed(key, v) == _typed(key, cell[key])]
+        if not match:
+            return None
+        found[key] = match[0]
+    return found
+
+
+def default_reference(axes: dict[str, list[Any]]) -> dict[str, Any]:
+    """The documented default reference cell of a grid: the cell whose every axis value equals
+    the Config default of that key, else the first cell (each axis's first value). ``seed``, a
+    replicate rather than an axis, is left out."""
+    axes = {k: v for k, v in axes.items() if k != "seed"}
+    defaults = _config_defaults()
+    at_defaults = find_cell({k: defaults.get(k, object()) for k in axes}, axes) if axes else {}
+    return at_defaults if at_defaults is not None else {k: v[0] for k, v in axes.items()}
 
 
 def cell_id(keys: dict[str, Any]) -> str:

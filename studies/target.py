@@ -14,5 +14,6 @@ STUDY = Study(
     paper="MAE Table 1d",
     base={"dataset": "photos", "steps": 600, "test_limit": 200},
     axes={"target": ["raw", "norm", "norm_eps"]},
+    reference={"target": "raw"},  # the Config default
     doc=__doc__,
 )

@@ -288,3 +288,101 @@ def test_an_older_run_of_a_study_is_reported_by_its_id(tmp_path):
     assert load_runs(uri, "lesson", parent_run_id=parents[0])["mask_ratio"].tolist() == [0.5]
     with pytest.raises(ReportError, match="--run nope is not a run of study 'lesson'"):
         load_runs(uri, "lesson", parent_run_id="nope")
+
+
+# ------------------------------------------------------------------------------- findings
+
+
+def test_findings_compare_every_row_with_the_default_reference(report):
+    """No reference tag: the cell at the Config defaults (mask_ratio 0.75) is the reference."""
+    out = report.parent
+    comparisons = pd.read_csv(out / "comparisons.csv")
+    assert sorted(set(comparisons["mask_ratio"])) == [0.25, 0.5]
+    # mask_ratio changes what the risk measures: only accuracies are compared
+    assert set(comparisons["metric"]) == {"probe_linear_acc", "probe_fewshot_acc", "probe_knn_acc"}
+    assert (comparisons["n"] == 1).all()  # the reference's seed 1 failed: one pair per row
+    assert comparisons["verdict"].str.fullmatch(r"not resolved at n=1 \(smallest detectable difference unknown\)").all()
+    page = report.read_text(encoding="utf-8")
+    assert "<h2>Findings</h2>" in page and "Reference row: mask_ratio=0.75, the documented default" in page
+    findings = (out / "findings.md").read_text(encoding="utf-8")
+    assert findings.startswith("# mask_ratio: findings") and "not resolved at n=1" in findings
+    assert "smoke" not in page.split("</h1>")[0]
+
+
+SAMPLERS = ("block", "grid", "random")
+PLANTED = {"block": -0.05, "grid": 0.0, "random": 0.0}  # linear-probe accuracy relative to random
+
+
+def _sampling_metrics(sampler: str, seed: int, rng) -> dict[str, float]:
+    shared = 0.02 * np.sin(seed)  # a per-seed term every cell shares: what pairing removes
+    risk = 0.03 + 0.01 * (sampler == "block") + shared + rng.normal(0, 0.001)
+    return {"test_mae_risk": risk, "test_baseline_risk": 0.12, "test_rec_risk": risk / 2,
+            "probe_linear_acc": 0.8 + PLANTED[sampler] + shared + rng.normal(0, 0.005),
+            "probe_knn_acc": 0.7 + shared + rng.normal(0, 0.005), "random_probe_linear_acc": 0.6,
+            "random_probe_knn_acc": 0.5, "probe_test_size": 360.0}
+
+
+def _study_store(folder, study: str, axis: str, values, tags: dict[str, str], metrics) -> str:
+    uri = f"sqlite:///{folder}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("mae-study", artifact_location=str(folder / "artifacts"))
+    parent = client.create_run(experiment, run_name=study, tags={
+        "study": study, "study_axes": json.dumps([axis]),
+        "grid": json.dumps({axis: list(values), "seed": list(range(8))}), **tags}).info.run_id
+    rng = np.random.default_rng(0)
+    for value in values:
+        for seed in range(8):
+            run = client.create_run(experiment, tags={"study": study, "mlflow.parentRunId": parent}).info.run_id
+            params = [Param(k, str(v)) for k, v in Config(**{axis: value, "seed": seed}).resolved().items()]
+            finals = [Metric(k, v, 0, 30) for k, v in metrics(value, seed, rng).items()]
+            client.log_batch(run, metrics=finals, params=params)
+            client.set_terminated(run, "FINISHED")
+    client.set_terminated(parent, "FINISHED")
+    return uri
+
+
+def test_findings_use_the_reference_the_study_named(tmp_path):
+    """The parent's reference tag names the row (here not the grid's first cell); 8 paired
+    seeds find the planted drop of block masking and resolve nothing about grid masking."""
+    uri = _study_store(tmp_path, "mask_sampling", "mask_sampling", SAMPLERS,
+                       {"reference": json.dumps({"mask_sampling": "random"}), "smoke": "False"},
+                       _sampling_metrics)
+    index = write_report("mask_sampling", uri, tmp_path / "report", formats=("png",))
+    comparisons = pd.read_csv(index.parent / "comparisons.csv").set_index(["mask_sampling", "metric"])
+    assert sorted(set(comparisons.index.get_level_values(0))) == ["block", "grid"]
+    block = comparisons.loc[("block", "probe_linear_acc")]
+    assert block["n"] == 8 and block["ci_low"] < -0.05 < block["ci_high"]
+    assert block["verdict"] == "contradicted" and block["claim"] == "higher"  # worse than the reference
+    assert comparisons.loc[("block", "test_mae_risk"), "verdict"] == "contradicted"  # risks: same quantity here
+    grid = comparisons.loc[("grid", "probe_linear_acc")]
+    assert grid["verdict"].startswith("not resolved at n=8 (smallest detectable difference 0.0")
+    page = index.read_text(encoding="utf-8")
+    assert "Reference row: mask_sampling=random, named by the study" in page and "contradicted" in page
+    assert "(test ±0.02" in page  # √(0.8·0.2/360) ≈ 0.021 beside the seed spread
+    summary = pd.read_csv(index.parent / "summary.csv").set_index("mask_sampling")
+    assert summary.loc["random", "probe_linear_acc_binom_se"] == pytest.approx(
+        math.sqrt(summary.loc["random", "probe_linear_acc_mean"] * (1 - summary.loc["random", "probe_linear_acc_mean"]) / 360))
+    correlations = pd.read_csv(index.parent / "correlations.csv")
+    # one stratum (mask_sampling leaves the risk's meaning alone): 24 trials, but only 3 cells
+    row = correlations[(correlations["risk"] == "test_mae_risk") & (correlations["downstream"] == "probe_linear_acc")].iloc[0]
+    assert (row["n"], row["n_clusters"]) == (24, 3) and math.isnan(row["spearman_rho"])
+    assert row["reason"].startswith("3 cells, fewer than 4 for a cluster bootstrap")
+
+
+def test_a_smoke_report_claims_no_correlation_and_says_so(tmp_path):
+    widths = (16, 32)
+    uri = _study_store(tmp_path, "decoder_width", "decoder_width", widths, {"smoke": "True"},
+                       lambda width, seed, rng: {"test_mae_risk": 0.05 - width / 1000 + rng.normal(0, 0.001),
+                                                 "probe_linear_acc": 0.7 + width / 1000 + rng.normal(0, 0.005)})
+    index = write_report("decoder_width", uri, tmp_path / "report", formats=("png",))
+    page = index.read_text(encoding="utf-8")
+    assert "<title>mae-study report: decoder_width (smoke run)</title>" in page
+    assert "(smoke run)</h1>" in page and "Smoke run:" in page
+    correlations = pd.read_csv(index.parent / "correlations.csv")
+    assert len(correlations) and correlations["spearman_rho"].isna().all()
+    assert (correlations["reason"] == "smoke run: no correlation claimed").all()
+    assert "no Spearman or Kendall rank correlation is claimed" in (index.parent / "correlations.md").read_text()
+    # no reference tag: the Config default decoder width (32) is the reference
+    comparisons = pd.read_csv(index.parent / "comparisons.csv")
+    assert list(comparisons["decoder_width"].unique()) == [16]
+    assert (index.parent / "findings.md").read_text().startswith("# decoder_width (smoke run): findings")

@@ -1,4 +1,6 @@
-"""Statistics: per-cell summaries and rank correlations with bootstrap intervals."""
+"""Statistics: per-cell summaries, paired comparisons with the reference and their verdicts,
+Holm's correction, test-set uncertainty, and rank correlations within strata with a cluster
+bootstrap."""
 
 from __future__ import annotations
 
@@ -11,10 +13,16 @@ from scipy import stats as sps
 
 from analysis.stats import (
     _kendall_rows,
+    binomial_se,
+    cluster_bootstrap_indices,
     correlation_reading,
     correlation_with_interval,
+    detectable_difference,
+    holm,
+    paired_comparisons,
     rank_correlations,
     summarise,
+    verdict,
 )
 
 
@@ -94,3 +102,183 @@ def test_too_few_trials_say_so():
     table = rank_correlations(frame, ["r"], ["a"])
     assert math.isnan(table.loc[0, "spearman_rho"])
     assert "Too few" in correlation_reading(table)
+
+
+# ------------------------------------------------------------- paired comparisons and verdicts
+
+
+def _study(effects: dict[float, float], *, seeds: int, noise: float, rng, metric="probe_linear_acc",
+           seed_sd: float = 0.05) -> pd.DataFrame:
+    """Simulated trials: cell value = 0.8 + effect + a per-seed term shared by every cell (what
+    pairing removes) + independent noise."""
+    shared = rng.normal(0, seed_sd, size=seeds)
+    rows = [{"status": "FINISHED", "mask_ratio": ratio, "seed": s,
+             metric: 0.8 + effect + shared[s] + rng.normal(0, noise)}
+            for ratio, effect in effects.items() for s in range(seeds)]
+    return pd.DataFrame(rows)
+
+
+def test_paired_comparison_recovers_a_planted_effect():
+    rng = np.random.default_rng(7)
+    frame = _study({0.5: 0.03, 0.75: 0.0, 0.9: -0.03}, seeds=10, noise=0.01, rng=rng)
+    frame.loc[len(frame)] = {"status": "FAILED", "mask_ratio": 0.5, "seed": 10, "probe_linear_acc": np.nan}
+    table = paired_comparisons(frame, ["mask_ratio"], {"mask_ratio": 0.75}, ["probe_linear_acc"])
+    assert list(table["mask_ratio"]) == [0.5, 0.9] and list(table["n"]) == [10, 10]
+    up, down = table.iloc[0], table.iloc[1]
+    assert up["ci_low"] < 0.03 < up["ci_high"] and down["ci_low"] < -0.03 < down["ci_high"]
+    assert up["mean_diff"] == pytest.approx(up["mean"] - up["reference_mean"])
+    assert verdict(up) == "supported"  # accuracy: higher is the better direction
+    assert verdict(down) == "contradicted"
+    assert verdict(down, "lower") == "supported"  # a claim that the row is lower
+    # pairing by seed: the shared per-seed term (sd 0.05) would swamp an unpaired comparison
+    assert up["sd_diff"] < 0.03
+
+
+def test_a_risk_is_better_lower():
+    rng = np.random.default_rng(1)
+    frame = _study({0.5: -0.05, 0.75: 0.0}, seeds=8, noise=0.01, rng=rng, metric="test_rec_risk")
+    row = paired_comparisons(frame, ["mask_ratio"], {"mask_ratio": 0.75}, ["test_rec_risk"]).iloc[0]
+    assert verdict(row) == "supported"
+
+
+def test_null_intervals_cover_zero_about_95_percent_of_the_time():
+    rng = np.random.default_rng(2024)
+    covered = []
+    for _ in range(400):
+        frame = _study({0.5: 0.0, 0.75: 0.0}, seeds=5, noise=0.02, rng=rng)
+        row = paired_comparisons(frame, ["mask_ratio"], {"mask_ratio": 0.75}, ["probe_linear_acc"]).iloc[0]
+        covered.append(row["ci_low"] <= 0 <= row["ci_high"])
+    assert 0.92 <= np.mean(covered) <= 0.98
+
+
+def _row(**numbers) -> dict:
+    return {"metric": "probe_linear_acc", "n": 5, "mean_diff": 0.02, "p_holm": 0.01,
+            "detectable_diff": 0.0123, **numbers}
+
+
+def test_verdict_words_follow_from_the_numbers():
+    assert verdict(_row()) == "supported"
+    assert verdict(_row(mean_diff=-0.02)) == "contradicted"
+    assert verdict(_row(metric="test_mae_risk")) == "contradicted"  # a risk should fall
+    assert verdict(_row(), "lower") == "contradicted"
+    assert verdict(_row(p_holm=0.2)) == "not resolved at n=5 (smallest detectable difference 0.012)"
+    assert verdict(_row(p_holm=0.05)) == "not resolved at n=5 (smallest detectable difference 0.012)"
+    assert verdict(_row(n=1, p_holm=np.nan, detectable_diff=np.nan)) == (
+        "not resolved at n=1 (smallest detectable difference unknown)")
+    with pytest.raises(ValueError, match="direction"):
+        verdict(_row(metric="not_a_metric"))
+
+
+def test_holm_matches_a_hand_computation():
+    p = [0.01, 0.04, 0.03, 0.005, np.nan]
+    # sorted: 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 = 0.04 -> 0.06 (monotone)
+    assert holm(p)[:4] == pytest.approx([0.03, 0.06, 0.06, 0.02]) and math.isnan(holm(p)[4])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+
+
+def test_holm_family_is_one_metric():
+    rng = np.random.default_rng(3)
+    frame = _study({0.25: 0.01, 0.5: 0.02, 0.75: 0.0, 0.9: 0.0}, seeds=6, noise=0.01, rng=rng)
+    frame["probe_knn_acc"] = frame["probe_linear_acc"] + rng.normal(0, 0.01, len(frame))
+    table = paired_comparisons(frame, ["mask_ratio"], {"mask_ratio": 0.75}, ["probe_linear_acc", "probe_knn_acc"])
+    assert len(table) == 6
+    for metric in ("probe_linear_acc", "probe_knn_acc"):
+        family = table[table["metric"] == metric]
+        assert family["p_holm"].to_numpy() == pytest.approx(holm(family["p"].to_numpy()))
+        expected = sps.ttest_rel(frame[frame["mask_ratio"] == 0.25][metric].to_numpy(),
+                                 frame[frame["mask_ratio"] == 0.75][metric].to_numpy()).pvalue
+        assert family.iloc[0]["p"] == pytest.approx(expected)
+
+
+def test_detectable_difference_has_80_percent_power():
+    rng = np.random.default_rng(5)
+    for n in (3, 8):
+        delta = detectable_difference(n, 1.0)
+        samples = rng.normal(delta, 1.0, size=(20000, n))
+        power = (sps.ttest_1samp(samples, 0.0, axis=1).pvalue < 0.05).mean()
+        assert 0.78 <= power <= 0.82
+    assert math.isnan(detectable_difference(1, 1.0)) and math.isnan(detectable_difference(4, 0.0))
+    assert detectable_difference(400, 1.0) == pytest.approx(2.8 / 20, rel=0.02)  # the normal limit
+
+
+def test_too_few_pairs_or_no_spread_resolve_nothing():
+    frame = pd.DataFrame({"status": "FINISHED", "mask_ratio": [0.5, 0.5, 0.75, 0.75], "seed": [0, 1, 1, 2],
+                          "probe_linear_acc": [0.9, 0.8, 0.7, 0.6]})
+    row = paired_comparisons(frame, ["mask_ratio"], {"mask_ratio": 0.75}, ["probe_linear_acc"]).iloc[0]
+    assert row["n"] == 1 and row["mean_diff"] == pytest.approx(0.1) and math.isnan(row["p_holm"])
+    assert verdict(row) == "not resolved at n=1 (smallest detectable difference unknown)"
+    same = frame.assign(seed=[1, 2, 1, 2], probe_linear_acc=[0.8, 0.7, 0.7, 0.6])  # +0.1 on both seeds
+    row = paired_comparisons(same, ["mask_ratio"], {"mask_ratio": 0.75}, ["probe_linear_acc"]).iloc[0]
+    assert row["n"] == 2 and row["sd_diff"] == 0 and verdict(row).startswith("not resolved at n=2")
+    with pytest.raises(ValueError, match="every axis"):
+        paired_comparisons(frame, ["mask_ratio"], {"decoder_depth": 2}, ["probe_linear_acc"])
+
+
+# ---------------------------------------------------------------- binomial test-set uncertainty
+
+
+def test_binomial_standard_error_beside_the_seed_spread():
+    assert binomial_se(0.9, 100) == pytest.approx(0.03)
+    assert math.isnan(binomial_se(0.9, 0))
+    frame = _frame().assign(probe_linear_acc=[0.8, 0.9, 1.0, 0.5, np.nan, np.nan],
+                            probe_test_size=[400.0, 400.0, 400.0, 100.0, np.nan, np.nan])
+    summary = summarise(frame, ["mask_ratio"], ["probe_linear_acc", "risk"]).set_index("mask_ratio")
+    assert summary.loc[0.5, "probe_linear_acc_binom_se"] == pytest.approx(math.sqrt(0.9 * 0.1 / 400))
+    assert summary.loc[0.75, "probe_linear_acc_binom_se"] == pytest.approx(math.sqrt(0.25 / 100))
+    assert math.isnan(summary.loc[0.9, "probe_linear_acc_binom_se"])
+    assert "risk_binom_se" not in summary  # only accuracies are binomial
+
+
+# ------------------------------------------------------------------ correlations done honestly
+
+
+def test_correlation_refuses_fewer_than_eight_trials():
+    x = np.arange(7.0)
+    result = correlation_with_interval(x, -x)
+    assert math.isnan(result["spearman_rho"]) and "fewer than 8" in result["reason"]
+    result = correlation_with_interval(np.arange(8.0), -np.arange(8.0), n_boot=100)
+    assert result["spearman_rho"] == pytest.approx(-1.0) and result["reason"] is None
+
+
+def test_cluster_bootstrap_keeps_whole_cells_together():
+    clusters = ["a"] * 3 + ["b"] * 3 + ["c"] * 2 + [None] * 2
+    members = {label: [i for i, c in enumerate(clusters) if c == label] for label in dict.fromkeys(clusters)}
+    samples = cluster_bootstrap_indices(clusters, 300, np.random.default_rng(0))
+    assert len(samples) == 300
+    for sample in samples:
+        counts = np.bincount(sample, minlength=len(clusters))
+        draws = [counts[idx] for idx in members.values()]
+        assert all(len(set(c)) == 1 for c in draws), "a drawn cell brings all of its trials"
+        assert sum(c[0] for c in draws) == len(members)  # as many cells drawn as there are
+    assert any(len(set(s)) < len(clusters) for s in samples)  # it does resample
+
+
+def test_correlations_stay_within_strata_where_the_risk_means_the_same():
+    rng = np.random.default_rng(4)
+    rows = []
+    for ratio in (0.5, 0.75):  # mask_ratio changes the risk: two strata
+        for depth in (1, 2, 4, 8):  # decoder_depth does not: four cells per stratum
+            for seed in range(3):
+                risk = 0.1 * depth + rng.normal(0, 0.01) + ratio
+                rows.append({"status": "FINISHED", "mask_ratio": ratio, "decoder_depth": depth, "seed": seed,
+                             "steps": 1000, "test_mae_risk": risk, "probe_linear_acc": 1 - risk / 2})
+    frame = pd.DataFrame(rows)
+    table = rank_correlations(frame, ["test_mae_risk"], ["probe_linear_acc"],
+                              axes=["mask_ratio", "decoder_depth"], n_boot=200)
+    assert list(table["stratum"]) == ["mask_ratio=0.5", "mask_ratio=0.75"]
+    assert list(table["n"]) == [12, 12] and list(table["n_clusters"]) == [4, 4]
+    assert table["spearman_rho"].to_numpy() == pytest.approx([-1.0, -1.0])
+    # within one cell across seeds (3 trials) nothing is claimed
+    one_cell = frame[(frame["decoder_depth"] == 1)]
+    table = rank_correlations(one_cell, ["test_mae_risk"], ["probe_linear_acc"], axes=["mask_ratio", "decoder_depth"])
+    assert table["spearman_rho"].isna().all() and table["reason"].str.contains("fewer than 8").all()
+    assert "Too few" in correlation_reading(table)
+
+
+def test_a_cluster_bootstrap_over_too_few_cells_claims_nothing():
+    x = np.arange(12.0)
+    result = correlation_with_interval(x, -x, clusters=[0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2])
+    assert math.isnan(result["spearman_rho"]) and result["n_clusters"] == 3
+    assert "fewer than 4 for a cluster bootstrap" in result["reason"]
+    result = correlation_with_interval(x, -x, clusters=[0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3], n_boot=100)
+    assert result["spearman_rho"] == pytest.approx(-1.0) and result["n_clusters"] == 4

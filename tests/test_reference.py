@@ -1,0 +1,78 @@
+"""A study's reference row: named per built-in study, the documented default otherwise, and
+recorded on the study's parent MLflow run so a report reads it from MLflow alone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from analysis.frame import load_study_info
+from studies.registry import STUDIES
+from studies.study import Study, default_reference, find_cell
+
+EXPECTED = {
+    "mask_ratio": {"mask_ratio": 0.75}, "decoder_depth": {"decoder_depth": 2},
+    "decoder_width": {"decoder_width": 32}, "target": {"target": "raw"},
+    "mask_sampling": {"mask_sampling": "random"}, "mask_token": {"mask_token_in_encoder": False},
+    "corruption": {"corruption": "gaussian", "corruption_level": 0.3},
+    "objectives": {"objective": "mae"}, "schedule": {"steps": 2000}, "lesson": {"mask_ratio": 0.75},
+}
+
+
+def test_every_built_in_study_names_its_reference():
+    assert set(EXPECTED) == set(STUDIES)
+    for name, study in STUDIES.items():
+        assert study.reference == EXPECTED[name], name
+        assert study.reference_cell() == EXPECTED[name], name
+        for smoke in (False, True):  # the reference is a cell of the grid that runs
+            assert find_cell(study.reference_cell(smoke), study.grid_axes(smoke)) is not None, name
+
+
+def test_the_default_is_the_config_default_cell_else_the_first():
+    assert default_reference({"decoder_depth": [1, 2, 4], "seed": [0, 1]}) == {"decoder_depth": 2}
+    assert default_reference({"mask_ratio": [0.5, 0.9]}) == {"mask_ratio": 0.5}  # no 0.75: the first
+    # the declared default (None) is not the resolved one (gaussian for a DAE): the first cell
+    assert default_reference({"corruption": ["masking", "gaussian"]}) == {"corruption": "masking"}
+    assert default_reference({"mask_token_in_encoder": [True, False]}) == {"mask_token_in_encoder": False}
+    assert default_reference({"eval.fewshot": [2, 8]}) == {"eval.fewshot": 8}
+    assert default_reference({}) == {}
+
+
+def test_a_grid_without_the_named_cell_falls_back_to_the_default():
+    schedule = STUDIES["schedule"]
+    assert schedule.reference_cell(smoke=True) == {"steps": 20}  # smoke runs 20 and 40 updates
+    mask_ratio = STUDIES["mask_ratio"]
+    assert mask_ratio.reference_cell(overrides={"mask_ratio": "0.5,0.75"}) == {"mask_ratio": 0.75}
+    cell = mask_ratio.reference_cell(overrides={"mask_ratio": "0.5,0.9"})
+    assert cell == {"mask_ratio": 0.5} and isinstance(cell["mask_ratio"], float)
+    study = Study(name="x", paper="p", base={}, axes={"mask_ratio": [0.5, 0.9]})  # names none
+    assert study.reference is None and study.reference_cell() == {"mask_ratio": 0.5}
+
+
+def test_a_reference_outside_the_grid_is_refused():
+    with pytest.raises(ValueError, match="not a cell"):
+        Study(name="x", paper="p", base={}, axes={"mask_ratio": [0.5, 0.9]}, reference={"mask_ratio": 0.75})
+    with pytest.raises(ValueError, match="not its axes"):
+        Study(name="x", paper="p", base={}, axes={"mask_ratio": [0.5]}, reference={"steps": 10})
+
+
+def test_the_parent_run_records_the_reference(tmp_path):
+    from studies import tracking
+    from studies.runner import RunOptions, StudyPlan, _create_parent
+
+    study = STUDIES["decoder_depth"]
+    plan = StudyPlan(study=study, base={}, axes={**study.grid_axes(), "seed": [0]},
+                     cells=study.cells(seeds=(0,)), reference=study.reference_cell())
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment = tracking.ensure_experiment(client, "mae-study", uri)
+    state = _create_parent(client, experiment, plan, RunOptions(out_dir=tmp_path / "out", tracking_uri=uri))
+    tags = client.get_run(state["parent_run_id"]).data.tags
+    assert json.loads(tags["reference"]) == {"decoder_depth": 2} and tags["smoke"] == "False"
+    run = client.create_run(experiment, tags={"study": "decoder_depth",
+                                              "mlflow.parentRunId": state["parent_run_id"]})
+    client.set_terminated(run.info.run_id, "FINISHED")
+    info = load_study_info(uri, "decoder_depth")
+    assert info["reference"] == {"decoder_depth": 2} and info["smoke"] is False
