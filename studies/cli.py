@@ -147,14 +147,36 @@ def cmd_list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from .registry import STUDIES
+    from .study_files import StudyFileError, load_study_file, local_files
 
     table = Table("study", "mirrors", "axes (× seeds)", "trials", "smoke")
     table.columns[0].no_wrap = True
-    for study in STUDIES.values():
+
+    def add(label: str, study) -> None:
         axes = "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in study.axes.items())
-        table.add_row(study.name, study.paper, f"{axes} (× {len(study.seeds)})",
+        table.add_row(label, study.paper, f"{axes} (× {len(study.seeds)})",
                       str(study.grid_size()), str(study.grid_size(smoke=True)))
+
+    for study in STUDIES.values():
+        add(study.name, study)
+    for path in local_files(Path.cwd()):  # the user's own study files in this folder
+        try:
+            add(path.name, load_study_file(path))
+        except StudyFileError as error:
+            table.add_row(path.name, f"[red]{error}[/]", "", "", "")
     Console().print(table)
+    print("run one: mae-study run STUDY [--smoke]; your own grid: mae-study new-study NAME", file=sys.stderr)
+    return 0
+
+
+def cmd_new_study(args: argparse.Namespace) -> int:
+    """Write a commented study file to start from."""
+    from .study_files import write_template
+
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name):
+        raise UsageError(f"study name {args.name!r}: use letters, digits, '_', '-' and '.' only")
+    path = write_template(args.name, Path.cwd())
+    print(f"wrote {path}; next: mae-study run {path.name} --smoke")
     return 0
 
 
@@ -270,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(handler=cmd_train)
 
     run = commands.add_parser("run", help="a study's grid with Ray Tune")
-    run.add_argument("study")
+    run.add_argument("study", help="a built-in study (mae-study list) or a study file (my_study.yaml)")
     run.add_argument("--smoke", action="store_true", help="tiny data and steps: seconds")
     run.add_argument("--resume", action="store_true", help="continue the interrupted study")
     run.add_argument("--address", help="join a Ray cluster: auto | host:port | ray://host:port")
@@ -291,7 +313,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", help="results folder (default: benchmarks/results under the working directory)")
     bench.set_defaults(handler=cmd_bench)
 
-    listing = commands.add_parser("list", help="the built-in studies")
+    new_study = commands.add_parser("new-study", help="write a commented study file NAME.yaml")
+    new_study.add_argument("name")
+    new_study.set_defaults(handler=cmd_new_study)
+
+    listing = commands.add_parser("list", help="the built-in studies and the study files here")
     listing.set_defaults(handler=cmd_list)
 
     report = commands.add_parser("report", help="tables and figures of a study from MLflow")

@@ -64,10 +64,11 @@ class Study:
         return {key: _typed(key, value) for key, value in cell.items()}
 
     def grid_axes(self, smoke: bool = False, overrides: dict[str, Any] | None = None) -> dict[str, list[Any]]:
-        """The axes of the grid; an override of an axis key (``mask_ratio=0.5,0.75``) replaces its values."""
+        """The axes of the grid. An override of an axis key (``mask_ratio=0.5,0.75``) replaces its
+        values; any other key given several values (``decoder_depth=1,4``) becomes a new axis."""
         axes = dict((self.smoke_axes or self.axes) if smoke else self.axes)
         for key, value in (overrides or {}).items():
-            if key in axes:
+            if key in axes or is_axis_override(value):
                 axes[key] = [parse_value(v.strip()) for v in str(value).split(",")]
         return axes
 
@@ -104,6 +105,11 @@ class Study:
     @property
     def summary(self) -> str:
         return (self.doc.strip().splitlines() or [self.name])[0]
+
+
+def is_axis_override(value: Any) -> bool:
+    """``key=v1,v2`` on the command line: several values make the key an axis."""
+    return isinstance(value, str) and "," in value
 
 
 def _typed(key: str, value: Any) -> Any:
