@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 export RAY_USAGE_STATS_ENABLED := 0
 export RAY_AUTH_MODE := disabled
 
-.PHONY: demo test test-fast bench clean
+.PHONY: demo test test-fast bench gpu-wheels clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,12 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test,bench]' -c constraints.txt
 	$(BIN)/mae-study bench
+
+# Wheels the bare GPU image lacks, for benchmarks/gpu_check.sh (carried by the device tool).
+gpu-wheels: $(STAMP)
+	$(BIN)/pip download --quiet --only-binary=:all: --python-version 3.12 --no-deps -d .gpu-wheels \
+	  -c constraints.txt pydantic pydantic_core annotated-types typing-inspection typing_extensions pyyaml \
+	  rich markdown-it-py mdurl Pygments
 
 clean:
 	rm -rf $(VENV) build *.egg-info

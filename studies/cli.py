@@ -182,7 +182,7 @@ def cmd_new_study(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .registry import get_study
-    from .runner import RunOptions, plan_study, run_study
+    from .runner import RunOptions, default_gpus_per_trial, plan_study, run_study
 
     study = get_study(args.study)
     plan = plan_study(study, smoke=args.smoke, overrides=parse_overrides(args.overrides))
@@ -193,7 +193,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         out_dir=out, tracking_uri=args.tracking_uri or _default_uri(Path.cwd()),
         experiment=args.experiment, smoke=args.smoke, resume=args.resume, address=args.address,
         max_concurrent=args.max_concurrent, cpus_per_trial=args.cpus_per_trial,
-        gpus_per_trial=args.gpus_per_trial, scheduler=args.scheduler,
+        gpus_per_trial=(args.gpus_per_trial if args.gpus_per_trial is not None
+                        else default_gpus_per_trial(len(plan.cells), args.cpus_per_trial, args.address)),
+        scheduler=args.scheduler,
     )
 
     from .interrupts import EXIT_INTERRUPTED, Interruption, sigterm_as_sigint
@@ -299,8 +301,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-concurrent", type=int, help="at most this many trials at once")
     run.add_argument("--scheduler", choices=("fifo", "asha"), default="fifo",
                      help="asha stops poor trials early: for exploratory sweeps, not ablation tables")
-    run.add_argument("--cpus-per-trial", type=float, default=1.0)
-    run.add_argument("--gpus-per-trial", type=float, default=0.0)
+    run.add_argument("--cpus-per-trial", type=float, default=1.0,
+                     help="CPU cores per trial (torch uses as many threads)")
+    run.add_argument("--gpus-per-trial", type=float,
+                     help="a GPU's share per trial, e.g. 0.125 packs 8 trials on one GPU (default: "
+                          "0 without CUDA; with CUDA, one GPU shared by the trials that fit the CPUs, at most 8)")
     run.add_argument("--out", default="mae_runs", help="folder for Ray state (default: mae_runs)")
     run.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite file in .)")
     run.add_argument("--experiment", default="mae-study", help="MLflow experiment name")

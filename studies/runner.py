@@ -115,6 +115,42 @@ def check_address(address: str | None, timeout_s: float = 3.0) -> None:
         raise StudySetupError(f"--address {address}: no Ray cluster reachable ({error.strerror or error})") from None
 
 
+def available_resources(address: str | None) -> dict[str, float] | None:
+    """CPUs and GPUs the study's Ray offers: the running Ray's, or for a local Ray still to be
+    started this machine's (its CPUs and CUDA devices); None for a cluster not yet joined."""
+    import ray
+
+    if ray.is_initialized():
+        return {name: float(ray.cluster_resources().get(name, 0.0)) for name in ("CPU", "GPU")}
+    if address in (None, "local"):
+        import torch
+
+        return {"CPU": float(os.cpu_count() or 1), "GPU": float(torch.cuda.device_count())}
+    return None
+
+
+def check_resources(options: RunOptions, available: dict[str, float], where: str) -> None:
+    """Refuse a per-trial request no node could ever meet: Ray would wait for it forever."""
+    for name, asked in (("CPU", options.cpus_per_trial), ("GPU", options.gpus_per_trial)):
+        flag = f"--{name.lower()}s-per-trial {asked:g}"
+        if asked < 0 or (name == "CPU" and asked == 0):
+            raise StudySetupError(f"{flag}: must be {'positive' if name == 'CPU' else 'at least 0'}")
+        if asked > available.get(name, 0.0):
+            raise StudySetupError(f"{flag}: each trial asks for {asked:g} {name}(s) but {where} has "
+                                  f"{available.get(name, 0.0):g}")
+
+
+def default_gpus_per_trial(num_trials: int, cpus_per_trial: float, address: str | None) -> float:
+    """A GPU's share per trial when the user named none: 0 without a local CUDA device; else the
+    trials that can run at once (by CPUs, at most 8: small models share a GPU well) split one GPU."""
+    import torch
+
+    if address not in (None, "local") or not torch.cuda.is_available():
+        return 0.0
+    at_once = max(1, min(8, num_trials, int((os.cpu_count() or 1) // max(cpus_per_trial, 1e-9))))
+    return 1.0 / at_once
+
+
 def load_state(out_dir: Path) -> dict[str, Any] | None:
     path = out_dir / STATE_FILE
     return json.loads(path.read_text()) if path.exists() else None
@@ -181,7 +217,9 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
         # The driver died after this trial finished but before Ray recorded it: do not run it again.
         tune.report({"step": config.steps, "diverged": 0.0, **run.data.metrics})
         return
-    tracking.set_tags(client, run_id, {"ray_node_id": ray.get_runtime_context().get_node_id(),
+    context = ray.get_runtime_context()
+    tracking.set_tags(client, run_id, {"ray_node_id": context.get_node_id(),
+                                       "ray_gpu_ids": ",".join(context.get_accelerator_ids().get("GPU", [])),
                                        "ray_trial_id": tune.get_context().get_trial_id(),
                                        "ray_worker_pid": os.getpid()})
     checkpoints = RayCheckpoints()
@@ -219,7 +257,9 @@ def start_ray(address: str | None) -> bool:
     # The classic output honours verbose=0: no configuration box and TensorBoard hint per study.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     if address in (None, "local"):
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+        # address="local": a new Ray of our own, never a stale cluster another process left
+        # behind (joining one is --address auto)
+        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
                  configure_logging=False, ignore_reinit_error=True)
     else:
         # Workers do not inherit the driver's environment: pass what the trials need.
@@ -254,6 +294,10 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None, interruption=
     state = None
     try:
         check_address(options.address)
+        available = available_resources(options.address)
+        if available is not None:
+            check_resources(options, available, "this machine" if options.address in (None, "local")
+                            else f"the cluster at {options.address}")
         state = check_resume(plan, options)
         client = MlflowClient(options.tracking_uri)  # creates the store: only after the checks
         experiment_id = tracking.ensure_experiment(client, options.experiment, options.tracking_uri)
@@ -318,6 +362,8 @@ def _fit(plan: StudyPlan, options: RunOptions, state: dict[str, Any], progress, 
     started = start_ray(options.address)
     if interruption is not None:
         interruption.forward_sigterm()
+    if started and options.address not in (None, "local"):  # a cluster joined just now
+        _check_cluster(options, state)
     try:
         with _quiet_ray_interrupt_hints():
             if options.resume and state.get("ray_restorable", True):
@@ -364,6 +410,24 @@ class RayStopWatch(Callback):
                 raise KeyboardInterrupt
 
         signal.signal(signal.SIGINT, noting)
+
+
+def _check_cluster(options: RunOptions, state: dict[str, Any]) -> None:
+    """The resource check for a cluster, possible only once joined: on failure the study never
+    started, so its parent run ends FAILED and its saved state is removed."""
+    import ray
+
+    try:
+        check_resources(options, available_resources(options.address), f"the cluster at {options.address}")
+    except StudySetupError as error:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(options.tracking_uri)
+        tracking.set_tags(client, state["parent_run_id"], {"failure_reason": str(error)})
+        client.set_terminated(state["parent_run_id"], "FAILED")
+        (options.out_dir / STATE_FILE).unlink(missing_ok=True)
+        ray.shutdown()
+        raise
 
 
 class _DropRayInterruptHints(logging.Filter):

@@ -34,7 +34,7 @@ def local_ray():
     """A two-CPU local Ray for the tests of one module, shut down after them."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
 

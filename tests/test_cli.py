@@ -74,6 +74,8 @@ BAD_INVOCATIONS = [
     (["run", "mask_ratio", "--smoke", "--resume", "steps=7"], "the grid differs"),
     (["run", "mask_ratio", "--smoke", "steps=7"], "holds an unfinished study"),
     (["run", "mask_ratio", "--smoke", "--max-concurrent", "0"], "--max-concurrent"),
+    (["run", "mask_ratio", "--smoke", "--gpus-per-trial", "1"], "--gpus-per-trial 1: each trial asks for 1 GPU(s) but this machine has 0"),
+    (["run", "mask_ratio", "--smoke", "--cpus-per-trial", "4096"], "--cpus-per-trial 4096"),
     (["report", "mask_ratio"], "mask_ratio"),
     (["report", "no_such_study"], "no_such_study"),
     (["report", "../../etc"], "study name"),

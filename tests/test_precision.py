@@ -1,8 +1,11 @@
 """Mixed precision on the CPU: bf16 autocast reproduces the dtype faults a GPU would hit.
 
 Every model variant must train in bf16 (finite loss, finite gradient for every parameter,
-every parameter updated); ``auto`` must be fp32 on the CPU, bitwise.
+every parameter updated); ``auto`` must be fp32 on the CPU, bitwise. ``MAE_TEST_DEVICE=cuda``
+runs the same checks on a GPU (benchmarks/gpu_check.sh).
 """
+
+import os
 
 import pytest
 import torch
@@ -22,17 +25,18 @@ VARIANTS = {
     "ae_class_token": dict(objective="ae", class_token=True),
 }
 CPU = torch.device("cpu")
+DEVICE = torch.device(os.environ.get("MAE_TEST_DEVICE", "cpu"))
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_one_bf16_step_gives_a_finite_fp32_loss_and_a_gradient_for_every_parameter(variant):
-    config = tiny_config(precision="bf16", **VARIANTS[variant])
+    config = tiny_config(precision="bf16", device=DEVICE.type, **VARIANTS[variant])
     torch.manual_seed(0)
-    model = build_model(config)
-    patches = prepare_data(config).train_patches[:8]
-    with autocast(config.precision, CPU):
+    model = build_model(config).to(DEVICE)
+    patches = prepare_data(config).train_patches[:8].to(DEVICE)
+    with autocast(config.precision, DEVICE):
         if config.objective == "mae":
-            visible = sample_visible(8, config.num_patches, config.num_visible)
+            visible = sample_visible(8, config.num_patches, config.num_visible).to(DEVICE)
             pred = model(patches, visible)
         else:
             pred = model(patches)
@@ -49,19 +53,19 @@ def test_one_bf16_step_gives_a_finite_fp32_loss_and_a_gradient_for_every_paramet
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_variant_trains_in_bf16_and_updates_every_parameter(variant):
-    config = tiny_config(precision="bf16", steps=3, **VARIANTS[variant])
+    config = tiny_config(precision="bf16", steps=3, device=DEVICE.type, **VARIANTS[variant])
     torch.manual_seed(config.seed)  # train() starts from this same initialisation
     initial = {name: p.detach().clone() for name, p in build_model(config).named_parameters()}
     result = train(config, prepare_data(config))
     assert all(torch.isfinite(torch.tensor(loss)) for _, loss in result.history)
     for name, parameter in result.model.named_parameters():
         assert parameter.dtype == torch.float32
-        assert not torch.equal(parameter.detach(), initial[name]), f"{name} was not updated"
+        assert not torch.equal(parameter.detach().cpu(), initial[name]), f"{name} was not updated"
 
 
 def test_fp16_trains_with_a_gradient_scaler():
-    config = tiny_config(precision="fp16", steps=4)
-    assert grad_scaler(config.precision, CPU).is_enabled()
+    config = tiny_config(precision="fp16", steps=4, device=DEVICE.type)
+    assert grad_scaler(config.precision, DEVICE).is_enabled()
     assert not grad_scaler("bf16", CPU).is_enabled()
     result = train(config, prepare_data(config))
     assert all(torch.isfinite(torch.tensor(loss)) for _, loss in result.history)
