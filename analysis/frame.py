@@ -19,9 +19,10 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+from pydantic.fields import FieldInfo
 
 from evaluation.metrics import DOWNSTREAM_METRICS, REFERENCE_METRICS, RISK_METRICS
-from mae_core.config import Config
+from mae_core.config import EVAL_PREFIX, Config, EvalConfig
 from mae_core.errors import UserError
 
 
@@ -32,9 +33,11 @@ class ReportError(UserError):
 # The final metrics a trial logs; every one becomes a float column (NaN when a run lacks it).
 # The vocabulary lives in evaluation.metrics (one table); these are its groups.
 FINAL_METRICS = (*RISK_METRICS, "test_mae_risk_stderr", "test_baseline_risk", *DOWNSTREAM_METRICS,
-                 *REFERENCE_METRICS, "train_loss", "train_seconds", "effective_mask_ratio")
+                 *REFERENCE_METRICS, "train_loss", "train_seconds")
 
-# Params the config derives (Config.resolved()) rather than declares: their types.
+# Params the config derives (Config.resolved()) rather than declares: their types. The
+# effective mask ratio is one of them (stores written before it became a param only also hold
+# it as a metric; the param wins, see _row).
 DERIVED_PARAM_TYPES: dict[str, type] = {
     "num_patches": int, "patch_dim": int, "num_visible": int, "warmup_steps": int,
     "effective_mask_ratio": float, "actual_lr": float,
@@ -72,13 +75,20 @@ def _guess(text: str) -> Any:
     return text
 
 
+def _config_field(key: str) -> FieldInfo | None:
+    """The declared field of a param: ``mask_ratio`` in Config, ``eval.finetune_shots`` in EvalConfig."""
+    if key.startswith(f"{EVAL_PREFIX}."):
+        return EvalConfig.model_fields.get(key.removeprefix(f"{EVAL_PREFIX}."))
+    return Config.model_fields.get(key)
+
+
 def cast_param(key: str, text: str) -> Any:
     """An MLflow param string back to its Python value, using Config's annotations."""
     if text == "None":
         return None
     if key in DERIVED_PARAM_TYPES:
         return DERIVED_PARAM_TYPES[key](text)
-    field = Config.model_fields.get(key)
+    field = _config_field(key)
     if field is None:
         return _guess(text)
     kinds = _field_types(field.annotation)
@@ -161,7 +171,7 @@ def _row(run: Run, study: str) -> dict[str, Any]:
     for key, text in run.data.params.items():
         row[key] = cast_param(key, text)
     for key, value in run.data.metrics.items():
-        if key in row and row[key] is not None:  # a param logged again as a metric: keep the param
+        if key in row and row[key] is not None:  # a param an older store also logged as a metric
             continue
         row[key] = float(value)
     return row
@@ -182,6 +192,9 @@ def load_runs(tracking_uri: str, study: str, experiment: str = "mae-study",
         if metric not in frame:
             frame[metric] = np.nan
         frame[metric] = pd.to_numeric(frame[metric], errors="coerce").astype(float)
+    for key, kind in DERIVED_PARAM_TYPES.items():  # float even where a run died before its params
+        if kind is float and key in frame:
+            frame[key] = pd.to_numeric(frame[key], errors="coerce").astype(float)
     if "seed" in frame:  # nullable only if some run died before logging its params
         seeds = pd.to_numeric(frame["seed"])
         frame["seed"] = seeds.astype("Int64" if seeds.isna().any() else int)

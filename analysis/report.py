@@ -61,8 +61,9 @@ from .stats import (
     verdict,
 )
 
-# Metrics in the summary table: every final metric except the ratio (a column of the cell itself).
-TABLE_METRICS = tuple(m for m in FINAL_METRICS if m != "effective_mask_ratio")
+# Metrics in the summary table: every final metric (the effective ratio is a param, shown as a
+# column of the cell itself beside the nominal ratio).
+TABLE_METRICS = FINAL_METRICS
 PROBE_PANELS = ("probe_linear_acc", "probe_fewshot_acc", "probe_knn_acc", "partial_finetune_acc")
 # Axes that change what a risk measures: a risk is compared or correlated only among cells
 # that agree on all of them.

@@ -57,9 +57,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _random("random_finetune_acc", "fine-tuning accuracy", reference_name="from scratch"),
     Metric("train_loss", "bookkeeping", "training loss", "training loss", "target", True),
     Metric("train_seconds", "bookkeeping", "training time (s)", "training time", "s", True),
-    Metric("effective_mask_ratio", "bookkeeping", "mask ratio ρ (effective)", "effective mask ratio",
-           "fraction", False),
-)}
+)}  # the effective mask ratio (M-k)/M is a param (Config.resolved()), not a metric
 
 
 def names(kind: str) -> tuple[str, ...]:

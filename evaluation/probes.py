@@ -216,10 +216,11 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
     ``probe_{linear,fewshot,knn}_acc`` on ``model``; ``random_probe_*`` on a fresh model of the
     same config; with ``finetune_steps > 0`` also ``finetune_acc`` (all weights) and
     ``random_finetune_acc`` (the same from random init, i.e. training from scratch); with
-    ``finetune_blocks=n`` also ``partial_finetune_acc`` (last n blocks + head) and
-    ``partial_finetune_blocks``; with ``finetune_shots=n`` every fine-tuning uses n labelled
-    examples per class (logged as ``finetune_shots``) instead of the whole train split. Sizes of
-    the splits are ``probe_train_size``/``probe_test_size``.
+    ``finetune_blocks=n`` also ``partial_finetune_acc`` (last n blocks + head); with
+    ``finetune_shots=n`` every fine-tuning uses n labelled examples per class instead of the
+    whole train split. n itself is not a metric: it is the ``eval.finetune_blocks`` or
+    ``eval.finetune_shots`` param (each value is logged once). Sizes of the splits are
+    ``probe_train_size``/``probe_test_size``.
     """
     settings = EvalConfig(**{**config.eval.model_dump(), **overrides}) if overrides else config.eval
     seed = config.seed if seed is None else seed
@@ -235,11 +236,8 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
                        batch_size=settings.finetune_batch_size)
         metrics["finetune_acc"] = tune(model, data)
         metrics["random_finetune_acc"] = tune(fresh, data)
-        if settings.finetune_shots is not None:
-            metrics["finetune_shots"] = float(settings.finetune_shots)
         if settings.finetune_blocks is not None:
             metrics["partial_finetune_acc"] = tune(model, data, blocks=settings.finetune_blocks)
-            metrics["partial_finetune_blocks"] = float(settings.finetune_blocks)
     metrics["probe_train_size"] = float(len(data.train_patches))
     metrics["probe_test_size"] = float(len(data.test_patches))
     return metrics

@@ -2,20 +2,26 @@
 
 Users type these keys as ``key=value`` on the CLI or in a YAML file; a study states only the
 keys it changes. Unknown keys and bad values raise :class:`ConfigError` (a ``ValueError``)
-with one line naming the key and what is allowed.
+with one line naming the key and what is allowed. Each field's ``description`` is its unit and
+meaning, and :func:`config_keys` lists every key with its default and allowed range (what
+``mae-study config`` prints).
+
+This module imports no torch: the engine modules it checks against (data, masking, patches)
+are imported inside the checks, so ``mae-study --help`` and ``mae-study config`` start fast.
 """
 
 from __future__ import annotations
 
 import math
+import types
+import typing
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
-from . import data
 from .errors import UserError
-from .masking import num_visible_for
-from .patches import PatchSizeError, check_patch_size
 
 # torch.compile costs 40-60 s on a cold cache (5 s warm) and saved about 10% of a step on the
 # digits model and more on larger ones (``mae-study bench``: compile_break_even_steps); from
@@ -56,14 +62,16 @@ class EvalConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
-    fewshot: int = Field(8, ge=1)  # labelled examples per class for the few-shot probe
-    fewshot_draws: int = Field(5, ge=1)  # seeded draws of those examples, averaged
-    knn_k: int = Field(20, ge=1)  # neighbours of the kNN probe (capped at the training size)
-    finetune_steps: int = Field(0, ge=0)  # fine-tuning minibatches; 0 = no fine-tuning
-    finetune_blocks: int | None = Field(None, ge=0)  # also fine-tune only the last n blocks (MAE Fig. 9)
-    finetune_shots: int | None = Field(None, ge=1)  # fine-tune on n examples per class, not the whole split
-    finetune_lr: float = Field(1e-3, gt=0.0)  # AdamW step size of fine-tuning
-    finetune_batch_size: int = Field(64, ge=1)  # images per fine-tuning minibatch
+    fewshot: int = Field(8, ge=1, description="labelled examples per class for the few-shot probe")
+    fewshot_draws: int = Field(5, ge=1, description="seeded draws of those examples, averaged")
+    knn_k: int = Field(20, ge=1, description="neighbours of the kNN probe (capped at the training size)")
+    finetune_steps: int = Field(0, ge=0, description="fine-tuning minibatches; 0 = no fine-tuning")
+    finetune_blocks: int | None = Field(
+        None, ge=0, description="also fine-tune only the last n blocks (MAE Fig. 9)")
+    finetune_shots: int | None = Field(
+        None, ge=1, description="fine-tune on n examples per class, not the whole split")
+    finetune_lr: float = Field(1e-3, gt=0.0, description="AdamW step size of fine-tuning")
+    finetune_batch_size: int = Field(64, ge=1, description="images per fine-tuning minibatch")
 
     @model_validator(mode="after")
     def _check_consistency(self) -> EvalConfig:
@@ -88,59 +96,69 @@ def nest_eval_keys(keys: dict[str, Any]) -> dict[str, Any]:
 
 
 class Config(BaseModel):
-    """Everything one trial needs. Units and reasons are in the comments."""
+    """Everything one trial needs. Units and reasons are in each field's description
+    (``mae-study config`` prints them with the defaults and allowed ranges)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
     # data
-    dataset: str = "digits"  # digits | shapes | photos | cifar10:PATH | folder:PATH | npz:PATH
-    train_limit: int | None = Field(None, ge=1)  # use at most this many training images (smoke runs)
-    test_limit: int | None = Field(None, ge=1)  # evaluate on at most this many test images
-    patch_size: int | None = Field(None, ge=1)  # pixels per patch side P; None = the dataset's default
+    dataset: str = Field("digits", description="digits | shapes | photos | cifar10:PATH | folder:PATH | npz:PATH")
+    train_limit: int | None = Field(None, ge=1, description="use at most this many training images (smoke runs)")
+    test_limit: int | None = Field(None, ge=1, description="evaluate on at most this many test images")
+    patch_size: int | None = Field(None, ge=1, description="pixels per patch side P; None = the dataset's default")
 
     # objective (spec: MAE masked risk; AE reconstruction risk; DAE denoising risk)
-    objective: Literal["mae", "ae", "dae"] = "mae"
-    mask_ratio: float = Field(0.75, gt=0.0, lt=1.0)  # ρ; visible count k = int(M·(1-ρ))
-    mask_sampling: Literal["random", "block", "grid"] = "random"  # random = the spec's Uniform(V_k)
-    mask_token_in_encoder: bool = False  # MAE Table 1c ablation, outside the spec
-    target: Literal["raw", "norm", "norm_eps"] = "raw"  # norm = spec's strict T_norm
-    corruption: Literal["none", "gaussian", "masking", "salt_pepper"] | None = None  # None: gaussian for dae, none otherwise
-    corruption_level: float = Field(0.2, ge=0.0)  # gaussian: noise std in pixel units; others: fraction of pixels
-    corruption_copies: int = Field(4, ge=1)  # K copies per test image in the finite law for test_den_risk
+    objective: Literal["mae", "ae", "dae"] = Field(
+        "mae", description="mae: masked risk; ae: reconstruction risk; dae: denoising risk")
+    mask_ratio: float = Field(0.75, gt=0.0, lt=1.0, description="ρ; visible count k = int(M·(1-ρ))")
+    mask_sampling: Literal["random", "block", "grid"] = Field("random", description="random = the spec's Uniform(V_k)")
+    mask_token_in_encoder: bool = Field(False, description="MAE Table 1c ablation, outside the spec")
+    target: Literal["raw", "norm", "norm_eps"] = Field("raw", description="norm = spec's strict T_norm")
+    corruption: Literal["none", "gaussian", "masking", "salt_pepper"] | None = Field(
+        None, description="None: gaussian for dae, none otherwise")
+    corruption_level: float = Field(
+        0.2, ge=0.0, description="gaussian: noise std in pixel units; others: fraction of pixels")
+    corruption_copies: int = Field(
+        4, ge=1, description="K copies per test image in the finite law for test_den_risk")
 
     # model (ViT encoder; transformer decoder)
-    encoder_width: int = Field(64, ge=4)  # D, token width
-    encoder_depth: int = Field(4, ge=1)  # transformer blocks
-    encoder_heads: int = Field(4, ge=1)
-    decoder_width: int = Field(32, ge=4)
-    decoder_depth: int = Field(2, ge=1)
-    decoder_heads: int = Field(4, ge=1)
-    mlp_ratio: float = Field(4.0, gt=0.0)  # MLP hidden width / token width
-    latent_dim: int = Field(32, ge=1)  # Z, the AE/DAE bottleneck width
-    class_token: bool = False  # prepend a class token (its output joins the probe features)
-    pos_embed: Literal["sincos", "learned"] = "sincos"  # fixed 2-D sine-cosine by default
+    encoder_width: int = Field(64, ge=4, description="D, token width")
+    encoder_depth: int = Field(4, ge=1, description="transformer blocks")
+    encoder_heads: int = Field(4, ge=1, description="attention heads per encoder block; divides encoder_width")
+    decoder_width: int = Field(32, ge=4, description="decoder token width")
+    decoder_depth: int = Field(2, ge=1, description="decoder transformer blocks")
+    decoder_heads: int = Field(4, ge=1, description="attention heads per decoder block; divides decoder_width")
+    mlp_ratio: float = Field(4.0, gt=0.0, description="MLP hidden width / token width")
+    latent_dim: int = Field(32, ge=1, description="Z, the AE/DAE bottleneck width")
+    class_token: bool = Field(False, description="prepend a class token (its output joins the probe features)")
+    pos_embed: Literal["sincos", "learned"] = Field("sincos", description="fixed 2-D sine-cosine by default")
 
     # optimisation (spec: the update schedule U_t)
-    optimizer: Literal["adamw", "sgd"] = "adamw"  # adamw: He et al. A.1 (β=0.9/0.95); sgd: plain θ - η_t g
-    lr: float = Field(2e-3, gt=0.0)  # adamw: base lr per 256 images, actual = lr·batch_size/256; sgd: η itself
-    weight_decay: float = Field(0.05, ge=0.0)  # adamw only; never on norms, biases, tokens, positions
-    schedule: Literal["cosine", "constant"] = "cosine"  # step size after warm-up
-    warmup_fraction: float = Field(0.05, ge=0.0, lt=1.0)  # linear warm-up over this fraction of steps
-    batch_size: int = Field(128, ge=1)  # B (image, mask) pairs per step; B=1 is the spec's literal loop
-    steps: int = Field(2000, ge=0)  # J updates
-    seed: int = Field(0, ge=0)  # seeds data split, initialisation, I_t and V_t
+    optimizer: Literal["adamw", "sgd"] = Field(
+        "adamw", description="adamw: He et al. A.1 (β=0.9/0.95); sgd: plain θ - η_t g")
+    lr: float = Field(
+        2e-3, gt=0.0, description="adamw: base lr per 256 images, actual = lr·batch_size/256; sgd: η itself")
+    weight_decay: float = Field(0.05, ge=0.0, description="adamw only; never on norms, biases, tokens, positions")
+    schedule: Literal["cosine", "constant"] = Field("cosine", description="step size after warm-up")
+    warmup_fraction: float = Field(0.05, ge=0.0, lt=1.0, description="linear warm-up over this fraction of steps")
+    batch_size: int = Field(
+        128, ge=1, description="B (image, mask) pairs per step; B=1 is the spec's literal loop")
+    steps: int = Field(2000, ge=0, description="J updates")
+    seed: int = Field(0, ge=0, description="seeds data split, initialisation, I_t and V_t")
 
     # evaluation and bookkeeping
-    risk_exact_budget: int = Field(5000, ge=1)  # enumerate V_k when C(M,k) is at most this
-    risk_mc_masks: int = Field(32, ge=2)  # otherwise: Monte Carlo masks per test image
-    log_every: int = Field(50, ge=1)  # steps between train_loss records
-    checkpoint_every: int = Field(500, ge=0)  # steps between checkpoints; 0 = only at the end
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # forward pass; auto = bf16 on CUDA, fp32 on the CPU
-    compile: Literal["auto"] | bool = "auto"  # torch.compile; auto: runs of >= COMPILE_AUTO_MIN_STEPS updates
+    risk_exact_budget: int = Field(5000, ge=1, description="enumerate V_k when C(M,k) is at most this")
+    risk_mc_masks: int = Field(32, ge=2, description="otherwise: Monte Carlo masks per test image")
+    log_every: int = Field(50, ge=1, description="steps between train_loss records")
+    checkpoint_every: int = Field(500, ge=0, description="steps between checkpoints; 0 = only at the end")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="where to train; auto = CUDA if available")
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto", description="forward pass; auto = bf16 on CUDA, fp32 on the CPU")
+    compile: Literal["auto"] | bool = Field(
+        "auto", description=f"torch.compile; auto: runs of >= {COMPILE_AUTO_MIN_STEPS} updates")
 
     # downstream evaluation (probes and fine-tuning), as eval.<key>
-    eval: EvalConfig = EvalConfig()
+    eval: EvalConfig = Field(EvalConfig(), description="probe and fine-tuning settings (the eval.* keys)")
 
     def __init__(self, **keys: Any):
         try:
@@ -160,6 +178,9 @@ class Config(BaseModel):
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Config:
+        from . import data
+        from .patches import PatchSizeError, check_patch_size
+
         try:
             data.validate_dataset_name(self.dataset)
         except data.DataError as error:
@@ -199,10 +220,14 @@ class Config(BaseModel):
     @property
     def image_shape(self) -> tuple[int, int, int]:
         """(C, H, W) of the dataset's images."""
+        from . import data
+
         return data.dataset_image_shape(self.dataset)
 
     @property
     def resolved_patch_size(self) -> int:
+        from . import data
+
         return self.patch_size if self.patch_size is not None else data.default_patch_size(self.dataset)
 
     @property
@@ -223,6 +248,8 @@ class Config(BaseModel):
     @property
     def num_visible(self) -> int:
         """k = int(M·(1-ρ)) for the MAE; every patch for the AE and DAE."""
+        from .masking import num_visible_for
+
         if self.objective != "mae":
             return self.num_patches
         return num_visible_for(self.num_patches, self.mask_ratio)
@@ -293,3 +320,82 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
             raise ConfigError(f"expected key=value, got {pair!r}")
         keys[key.strip()] = parse_value(value)
     return keys
+
+
+# ----------------------------------------------------------------------- the key catalogue
+
+# Python types as a user reads them in ``mae-study config``.
+_KIND_WORDS = {int: "integer", float: "number", str: "text"}
+NULL = "null"  # how None is written: YAML's word; the CLI's parse_value reads none and null
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One key as a user types it: its default, what it may be, and its unit and meaning."""
+
+    name: str  # ``mask_ratio`` or ``eval.fewshot``
+    default: Any
+    allowed: str  # from the field's type: choices, bounds, true | false, null
+    description: str  # the field's description (unit and meaning)
+
+
+def config_keys() -> list[ConfigKey]:
+    """Every key of :class:`Config` in declaration order, then the ``eval.*`` keys of :class:`EvalConfig`."""
+    keys = [_config_key(name, field) for name, field in Config.model_fields.items() if name != EVAL_PREFIX]
+    keys += [_config_key(f"{EVAL_PREFIX}.{name}", field) for name, field in EvalConfig.model_fields.items()]
+    return keys
+
+
+def _config_key(name: str, field: FieldInfo) -> ConfigKey:
+    return ConfigKey(name, field.default, allowed_values(field), field.description or "")
+
+
+def value_text(value: Any) -> str:
+    """A default as a user types it: ``null``, ``true``/``false``, ``0.002``."""
+    if value is None:
+        return NULL
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def allowed_values(field: FieldInfo) -> str:
+    """What a field admits, read from its type: ``mae | ae | dae``, ``number in (0, 1)``,
+    ``integer ≥ 1 | null``, ``auto | true | false``."""
+    words: list[str] = []
+    for member in _union_members(field.annotation):
+        if typing.get_origin(member) is Literal:
+            words += [value_text(choice) for choice in typing.get_args(member)]
+        elif member is bool:
+            words += ["true", "false"]
+        elif member is not type(None):
+            words.append(_bounded(_KIND_WORDS.get(member, getattr(member, "__name__", str(member))), field))
+    if type(None) in _union_members(field.annotation):
+        words.append(NULL)
+    return " | ".join(words)
+
+
+def _union_members(annotation: Any) -> tuple[Any, ...]:
+    """``int | None`` -> (int, NoneType); any other annotation -> (annotation,)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return typing.get_args(annotation)
+    return (annotation,)
+
+
+def _bounded(kind: str, field: FieldInfo) -> str:
+    """``integer ≥ 1``, ``number > 0``, ``number in [0, 1)``: the field's ge/gt/le/lt constraints."""
+    lower = upper = None
+    for constraint in field.metadata:
+        for name, words in (("ge", ("[", "≥")), ("gt", ("(", ">"))):
+            if getattr(constraint, name, None) is not None:
+                lower = (getattr(constraint, name), *words)
+        for name, words in (("le", ("]", "≤")), ("lt", (")", "<"))):
+            if getattr(constraint, name, None) is not None:
+                upper = (getattr(constraint, name), *words)
+    if lower and upper:
+        return f"{kind} in {lower[1]}{lower[0]:g}, {upper[0]:g}{upper[1]}"
+    if lower:
+        return f"{kind} {lower[2]} {lower[0]:g}"
+    if upper:
+        return f"{kind} {upper[2]} {upper[0]:g}"
+    return kind

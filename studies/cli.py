@@ -2,22 +2,30 @@
 
 Bad input exits with status 2 and one line naming the problem, before Ray starts or an MLflow
 run is created; a run that fails while training exits with status 1.
+
+Only light modules are imported here (the typed config imports no torch): torch, Ray and
+MLflow are imported inside the commands that use them, so ``--help``, ``--version`` and
+``config`` answer at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import math
 import os
 import re
 import sys
+import textwrap
+from contextlib import nullcontext, redirect_stdout
 from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
 
 from mae_core import files
-from mae_core.config import Config, parse_overrides
+from mae_core.config import EVAL_PREFIX, Config, ConfigKey, config_keys, parse_overrides, value_text
 from mae_core.errors import UserError
 
 BAD_INPUT = 2
@@ -57,8 +65,11 @@ def load_config_file(path: str | None) -> dict[str, Any]:
     return keys
 
 
-def resolve_config(config_file: str | None, overrides: list[str], base: dict[str, Any] | None = None) -> Config:
-    keys = {**(base or {}), **load_config_file(config_file), **parse_overrides(overrides)}
+def resolve_config(config_file: str | None, overrides: list[str], base: dict[str, Any] | None = None,
+                   smoke: dict[str, Any] | None = None) -> Config:
+    """``base`` < the config file < ``smoke`` < ``key=value``: as in a study, where the smoke keys
+    beat the study's file and the user's overrides beat both."""
+    keys = {**(base or {}), **load_config_file(config_file), **(smoke or {}), **parse_overrides(overrides)}
     return Config(**keys)
 
 
@@ -74,9 +85,27 @@ def writable_folder(path: Path, what: str) -> Path:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    """One run. With ``--json`` the final metrics are the only thing on stdout: anything else
+    printed while it runs goes to stderr, where the progress is."""
+    with redirect_stdout(sys.stderr) if args.json else nullcontext():
+        status, metrics = _train(args)
+    if args.json and metrics is not None:
+        print(json.dumps(_json_safe(metrics)))
+    return status
+
+
+def _json_safe(metrics: dict[str, float]) -> dict[str, float | None]:
+    """NaN and infinities are not JSON: they become null."""
+    return {key: float(value) if math.isfinite(value) else None for key, value in metrics.items()}
+
+
+def _train(args: argparse.Namespace) -> tuple[int, dict[str, float] | None]:
+    """Train and evaluate one config: (exit status, final metrics or None if interrupted)."""
     from mae_core.train import NonFiniteError, prepare_data
 
-    config = resolve_config(args.config, args.overrides)
+    from .study import SMOKE
+
+    config = resolve_config(args.config, args.overrides, smoke=SMOKE if args.smoke else None)
     data = prepare_data(config)  # data errors and D_norm refusals happen before any run exists
     out = writable_folder(Path(args.out), "--out")
     tracking_uri = args.tracking_uri or _default_uri(out)
@@ -89,7 +118,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .trial import run_trial, trial_run_name
 
     console = Console(stderr=True)
-    run_name = trial_run_name(config)
+    run_name = trial_run_name(config, prefix="smoke-" if args.smoke else "")  # own checkpoint, own run
     checkpoint = lifecycle.checkpoint_for_train(out / "checkpoints" / f"{run_name}.pt", config,
                                       tracking_uri, resume=args.resume)
     console.print(f"[bold]{run_name}[/]  M={config.num_patches} q={config.patch_dim} "
@@ -113,10 +142,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             _fail(str(error), status=1)
         except KeyboardInterrupt as stop:
             progress.stop()
-            return _train_interrupted(args, interruption, checkpoint, getattr(stop, "step", None))
+            return _train_interrupted(args, interruption, checkpoint, getattr(stop, "step", None)), None
     _print_metrics(console, outcome.metrics)
     console.print(f"MLflow run {outcome.run_id} in {tracking_uri} (experiment {args.experiment})")
-    return 0
+    return 0, outcome.metrics
 
 
 def _train_interrupted(args: argparse.Namespace, interruption, checkpoint: Path, step: int | None) -> int:
@@ -248,6 +277,72 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config(args: argparse.Namespace) -> int:
+    """Every key (or the ones named): default, allowed range and meaning, as a table or as a
+    YAML file of defaults that ``mae-study train --config`` reads unchanged."""
+    keys = _chosen_keys(args.keys)
+    if args.yaml:
+        sys.stdout.write(defaults_yaml(keys))
+        print("next: save this as config.yaml, edit it, then: mae-study train --config config.yaml",
+              file=sys.stderr)
+        return 0
+    _print_config_table(keys)
+    print("next: mae-study train key=value ...  (or mae-study config --yaml > config.yaml)", file=sys.stderr)
+    return 0
+
+
+def _chosen_keys(names: list[str]) -> list[ConfigKey]:
+    """The catalogue entries of ``names`` in the order given (all of them when none is given)."""
+    import difflib
+
+    catalogue = {key.name: key for key in config_keys()}
+    for name in names:
+        if name not in catalogue:
+            close = difflib.get_close_matches(name, catalogue, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise UsageError(f"config: unknown key {name!r}{hint}; `mae-study config` lists every key")
+    return [catalogue[name] for name in names] if names else list(catalogue.values())
+
+
+def _print_config_table(keys: list[ConfigKey]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("key", "default", "allowed", "unit and meaning",
+                  caption="Also checked together: k = int(M·(1-mask_ratio)) in [1, M-1]; "
+                          "widths divisible by heads; patch_size divides the image.")
+    table.columns[0].no_wrap = True
+    table.columns[0].min_width = max(len(key.name) for key in keys)
+    for key in keys:
+        table.add_row(key.name, value_text(key.default), key.allowed, key.description)
+    console = Console()
+    if not console.is_terminal:  # piped or in a file: no terminal width to respect, so read more per line
+        console.width = 120
+    console.print(table)
+
+
+def defaults_yaml(keys: list[ConfigKey] | None = None) -> str:
+    """A YAML file of ``keys`` (default: every key) at their defaults, each under a comment with
+    its meaning and allowed values; the ``eval.*`` keys nest under ``eval:``."""
+    keys = config_keys() if keys is None else keys
+    top = [key for key in keys if not key.name.startswith(f"{EVAL_PREFIX}.")]
+    nested = [key for key in keys if key.name.startswith(f"{EVAL_PREFIX}.")]
+    lines = ["# mae-study config: the defaults (`mae-study config` explains each key).",
+             "# Use: mae-study train --config THIS_FILE [key=value ...]", ""]
+    lines += [line for key in top for line in _yaml_entry(key.name, key)]
+    if nested:
+        lines.append(f"{EVAL_PREFIX}:  # {Config.model_fields[EVAL_PREFIX].description}")
+        lines += ["  " + line for key in nested
+                  for line in _yaml_entry(key.name.removeprefix(f"{EVAL_PREFIX}."), key)]
+    return "\n".join(lines) + "\n"
+
+
+def _yaml_entry(name: str, key: ConfigKey) -> list[str]:
+    """``# meaning [allowed]`` then ``name: default`` (yaml writes the value, so it reads back exactly)."""
+    value = yaml.safe_dump({name: key.default}, allow_unicode=True).strip()
+    return [f"# {key.description} [{key.allowed}]", value]
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Runs ``python -m benchmarks.bench`` from the source checkout: the benchmarks sit above the
     studies (they drive them), so the CLI starts them rather than importing them."""
@@ -279,17 +374,49 @@ def _print_metrics(console, metrics: dict[str, float]) -> None:
 # ------------------------------------------------------------------------------- parser
 
 
+def package_version() -> str:
+    """The installed ``mae-study`` distribution's version; in a checkout that was never installed,
+    the version pyproject.toml declares."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("mae-study")
+    except metadata.PackageNotFoundError:
+        import tomllib
+
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        try:
+            return tomllib.loads(pyproject.read_text())["project"]["version"]
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            return "unknown"
+
+
+def _config_keys_epilog() -> str:
+    """``train --help``'s list of key names (the table with defaults is ``mae-study config``)."""
+    names = ", ".join(key.name for key in config_keys())
+    return ("config keys (key=value; defaults, units and ranges: mae-study config [KEY ...]):\n"
+            + textwrap.fill(names, width=88, initial_indent="  ", subsequent_indent="  ",
+                            break_on_hyphens=False))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mae-study", description="Ablation studies of masked autoencoders.")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    # not required here: main() answers a bare ``mae-study`` with the usage itself
+    commands = parser.add_subparsers(dest="command", parser_class=_Parser)
 
-    train = commands.add_parser("train", help="one run, no Ray")
-    train.add_argument("--config", help="YAML file of config keys")
+    train = commands.add_parser("train", help="one run, no Ray", epilog=_config_keys_epilog(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    train.add_argument("--config", help="YAML file of config keys (mae-study config --yaml writes one)")
     train.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite file in --out)")
     train.add_argument("--experiment", default="mae-study", help="MLflow experiment name")
     train.add_argument("--out", default=".", help="folder for mlflow.db and checkpoints (default: .)")
     train.add_argument("--resume", action="store_true",
                        help="continue the interrupted run from its checkpoint in --out/checkpoints")
+    train.add_argument("--smoke", action="store_true",
+                       help="tiny data and steps (the studies' smoke keys; key=value still wins): seconds")
+    train.add_argument("--json", action="store_true",
+                       help="print the final metrics as one JSON object on stdout (the rest goes to stderr)")
     train.add_argument("overrides", nargs="*", metavar="key=value")
     train.set_defaults(handler=cmd_train)
 
@@ -322,6 +449,12 @@ def build_parser() -> argparse.ArgumentParser:
     new_study.add_argument("name")
     new_study.set_defaults(handler=cmd_new_study)
 
+    config = commands.add_parser("config", help="every config key: default, allowed range, meaning")
+    config.add_argument("keys", nargs="*", metavar="KEY", help="only these keys (e.g. mask_ratio eval.fewshot)")
+    config.add_argument("--yaml", action="store_true",
+                        help="print a YAML file of the defaults that train --config accepts")
+    config.set_defaults(handler=cmd_config)
+
     listing = commands.add_parser("list", help="the built-in studies and the study files here")
     listing.set_defaults(handler=cmd_list)
 
@@ -337,6 +470,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _no_command(parser: argparse.ArgumentParser) -> NoReturn:
+    """A bare ``mae-study``: the usage, then the one-line error (exit status 2)."""
+    parser.print_help(sys.stderr)
+    raise UsageError("no command given; try: mae-study train --smoke")
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse ``argv``; a bare ``mae-study`` (or options without a command) gets the usage."""
+    # key=value may follow options (``run mask_ratio --smoke steps=50``), which a plain
+    # nargs="*" positional does not accept: collect the stragglers here (``config`` KEYs too).
+    args, extra = parser.parse_known_args(argv)
+    if args.command is None:
+        _no_command(parser)
+    rest = "overrides" if hasattr(args, "overrides") else "keys" if hasattr(args, "keys") else None
+    unknown = [item for item in extra if item.startswith("-") or rest is None]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if extra:
+        setattr(args, rest, [*getattr(args, rest), *extra])
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # MLflow sets its own level on import; the variable keeps schema-creation chatter away
@@ -345,14 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     try:
         parser = build_parser()
-        # key=value may follow options (``run mask_ratio --smoke steps=50``), which a plain
-        # nargs="*" positional does not accept: collect the stragglers here.
-        args, extra = parser.parse_known_args(argv)
-        unknown = [item for item in extra if item.startswith("-") or not hasattr(args, "overrides")]
-        if unknown:
-            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-        if extra:
-            args.overrides = [*args.overrides, *extra]
+        args = _parse(parser, argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)
         return args.handler(args)
     except UserError as error:  # every error a user can cause and fix: one line, exit 2

@@ -100,8 +100,7 @@ def run_trial(
     except BaseException as error:  # e.g. Ctrl-C during the probes: the checkpoint is final
         lifecycle.interrupted(client, run_id, error, interruption and interruption.reason)
         raise
-    metrics["train_seconds"] = train_seconds
-    metrics["effective_mask_ratio"] = config.effective_mask_ratio
+    metrics["train_seconds"] = train_seconds  # (effective_mask_ratio is a param: each value is logged once)
     # A trial retried after this point must not log its final metrics a second time.
     logged = client.get_run(run_id).data.metrics
     fresh = {k: v for k, v in metrics.items() if k not in logged}

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import json
+import subprocess
+import sys
+import tomllib
+from importlib import metadata
+
 import numpy as np
 import pytest
+import yaml
 
-from studies.cli import main
+from mae_core.config import Config, EvalConfig
+
+from studies.cli import main, package_version, resolve_config
 
 
 def mae_study(*args: str, capsys) -> tuple[int, str]:
@@ -81,6 +90,8 @@ BAD_INVOCATIONS = [
     (["report", "../../etc"], "study name"),
     (["report", "mask_ratio", "--format", "gif"], "--format"),
     (["bogus"], "invalid choice"),
+    (["config", "mask_ration"], "unknown key 'mask_ration' (did you mean mask_ratio?)"),
+    (["config", "mask_ratio", "eval.nope"], "unknown key 'eval.nope'"),
 ]
 
 
@@ -106,3 +117,93 @@ def test_bad_input_is_one_line_and_exit_2(args, words, bad_files, tmp_path, monk
     assert words in lines[0]
     assert not (tmp_path / "mlflow.db").exists(), "no MLflow store is created for bad input"
     assert not ray.is_initialized(), "Ray never started"
+
+
+# --------------------------------------------------------------- config, version, usage, help
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def every_key() -> list[str]:
+    """Every key a user can type, from the models themselves (so a new field is checked too)."""
+    top = [name for name in Config.model_fields if name != "eval"]
+    return top + [f"eval.{name}" for name in EvalConfig.model_fields]
+
+
+def test_config_prints_every_key_with_its_default_range_and_meaning(capsys):
+    assert main(["config"]) == 0
+    out = capsys.readouterr().out
+    for key in every_key():
+        assert key in out, key
+    assert main(["config", "mask_ratio", "eval.finetune_shots"]) == 0
+    cells = [[cell.strip() for cell in line.split("│")[1:-1]]
+             for line in capsys.readouterr().out.splitlines() if line.startswith("│")]
+    rows = {row[0]: row for row in cells if row[0]}  # a wrapped description continues under an empty key
+    assert list(rows) == ["mask_ratio", "eval.finetune_shots"]
+    assert rows["mask_ratio"][1:3] == ["0.75", "number in (0, 1)"]
+    assert rows["mask_ratio"][3].startswith("ρ; visible count k")
+    assert rows["eval.finetune_shots"][1:3] == ["null", "integer ≥ 1 | null"]
+
+
+def test_config_yaml_is_every_default_and_train_accepts_it_unchanged(tmp_path, capsys):
+    assert main(["config", "--yaml"]) == 0
+    text = capsys.readouterr().out
+    keys = yaml.safe_load(text)
+    assert set(keys) == set(Config.model_fields)
+    assert set(keys["eval"]) == set(EvalConfig.model_fields)
+    assert "# ρ; visible count k = int(M·(1-ρ)) [number in (0, 1)]\nmask_ratio: 0.75" in text
+    path = tmp_path / "defaults.yaml"
+    path.write_text(text)
+    assert resolve_config(str(path), []) == Config()
+
+
+def test_version_is_the_distributions(capsys, monkeypatch):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"mae-study {metadata.version('mae-study')}"
+
+    def not_installed(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", not_installed)
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert package_version() == declared
+
+
+def test_no_arguments_prints_the_usage_and_exits_2(capsys):
+    status, err = mae_study(capsys=capsys)
+    assert status == 2
+    assert "usage: mae-study" in err and "train" in err and "config" in err
+    errors = [line for line in err.splitlines() if line.startswith("mae-study: error:")]
+    assert len(errors) == 1 and err.rstrip().endswith(errors[0]), err
+    assert "Traceback" not in err
+
+
+HELP_PROBE = """
+import contextlib, io, json, sys
+from studies.cli import main
+shown = {}
+for argv in (["--help"], ["train", "--help"], ["--version"], ["config"], ["config", "--yaml"]):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            main(argv)
+        except SystemExit:
+            pass
+    shown[" ".join(argv)] = out.getvalue()
+heavy = [name for name in ("torch", "ray", "mlflow", "numpy", "pandas") if name in sys.modules]
+print(json.dumps({"heavy": heavy, "shown": shown}))
+"""
+
+
+def test_help_version_and_config_import_no_torch_ray_or_mlflow():
+    done = subprocess.run([sys.executable, "-c", HELP_PROBE], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["heavy"] == [], "--help, --version and config must start without the heavy libraries"
+    train_help = result["shown"]["train --help"]
+    assert "--smoke" in train_help and "--json" in train_help and "mae-study config" in train_help
+    assert all(key in train_help for key in every_key()), "train --help lists the config keys"
+    assert "mae-study" in result["shown"]["--version"]

@@ -92,3 +92,26 @@ def test_resume_without_a_checkpoint_is_bad_input(out, capsys):
     assert status == 2
     assert "--resume: no readable checkpoint" in err
     assert not (out / "mlflow.db").exists()
+
+
+def test_smoke_json_is_one_object_on_stdout_from_the_defaults_file(out, capsys):
+    """``config --yaml`` -> ``train --config FILE --smoke --json``: the file is read unchanged,
+    the smoke keys beat it, key=value beats both, and stdout holds only the final metrics."""
+    import json
+
+    from studies.study import SMOKE
+
+    assert main(["config", "--yaml"]) == 0
+    (out / "defaults.yaml").write_text(capsys.readouterr().out)
+    small = ["encoder_width=16", "encoder_depth=1", "decoder_width=8", "decoder_depth=1", "batch_size=16"]
+    status = main(["train", "--config", "defaults.yaml", "--smoke", "--json", *small])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert len(captured.out.splitlines()) == 1, captured.out
+    metrics = json.loads(captured.out)
+    assert metrics["test_mae_risk"] > 0 and "probe_linear_acc" in metrics
+    assert "train" in captured.err, "progress and the summary stay on stderr"
+    (run,) = runs(out)
+    assert run.info.run_name.startswith("smoke-")
+    assert run.data.params["steps"] == str(SMOKE["steps"]) and run.data.params["encoder_width"] == "16"
+    assert run.data.metrics["test_mae_risk"] == pytest.approx(metrics["test_mae_risk"])

@@ -106,3 +106,37 @@ def test_compile_auto_turns_on_only_for_long_runs():
     assert not Config(steps=COMPILE_AUTO_MIN_STEPS, compile="false").compile_enabled
     assert Config(steps=10, compile="true").compile_enabled
     assert Config(steps=10).resolved()["compile_enabled"] is False
+
+
+def test_every_key_has_a_description_and_the_catalogue_lists_them_all():
+    """The unit and meaning live in each field's description; ``mae-study config`` reads them."""
+    from mae_core.config import EvalConfig, config_keys
+
+    fields = {**{k: f for k, f in Config.model_fields.items() if k != "eval"},
+              **{f"eval.{k}": f for k, f in EvalConfig.model_fields.items()}}
+    assert all(field.description for field in fields.values()), [k for k, f in fields.items() if not f.description]
+    catalogue = {key.name: key for key in config_keys()}
+    assert list(catalogue) == list(fields)
+    assert all(catalogue[name].default == field.default for name, field in fields.items())
+
+
+@pytest.mark.parametrize("key, allowed", [
+    ("mask_ratio", "number in (0, 1)"), ("warmup_fraction", "number in [0, 1)"), ("lr", "number > 0"),
+    ("steps", "integer ≥ 0"), ("train_limit", "integer ≥ 1 | null"), ("objective", "mae | ae | dae"),
+    ("corruption", "none | gaussian | masking | salt_pepper | null"), ("class_token", "true | false"),
+    ("compile", "auto | true | false"), ("dataset", "text"), ("eval.finetune_blocks", "integer ≥ 0 | null"),
+])
+def test_allowed_values_are_read_from_the_types(key, allowed):
+    from mae_core.config import config_keys
+
+    assert {k.name: k.allowed for k in config_keys()}[key] == allowed
+
+
+def test_the_config_module_imports_no_torch():
+    """``mae-study --help`` and ``mae-study config`` read the fields: they must start fast."""
+    import subprocess
+    import sys
+
+    code = "import sys, mae_core, mae_core.config; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "False", done.stderr

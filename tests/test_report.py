@@ -34,8 +34,7 @@ def _metrics(ratio: float, seed: int) -> dict[str, float]:
         "test_rec_risk": risk / 2, "probe_linear_acc": 0.95 - 2 * risk, "probe_fewshot_acc": 0.6 + 0.01 * seed,
         "probe_knn_acc": 0.7 - ratio / 10, "random_probe_linear_acc": 0.88,
         "random_probe_fewshot_acc": 0.55, "random_probe_knn_acc": 0.6, "train_seconds": 3.0 + seed,
-        "effective_mask_ratio": Config(mask_ratio=ratio).effective_mask_ratio,
-    }
+    }  # effective_mask_ratio is a param (Config.resolved()), as a trial logs it
 
 
 @pytest.fixture(scope="module")
@@ -107,10 +106,21 @@ def test_frame_has_one_typed_row_per_trial(frame):
     ("mask_ratio", "0.75", 0.75), ("steps", "1000", 1000), ("train_limit", "None", None),
     ("mask_token_in_encoder", "False", False), ("target", "raw", "raw"), ("num_visible", "4", 4),
     ("actual_lr", "0.001", 0.001), ("not_a_config_key", "7", 7),
+    ("effective_mask_ratio", "0.75", 0.75), ("eval.finetune_shots", "4", 4), ("eval.finetune_lr", "0.001", 0.001),
 ])
 def test_params_cast_back_to_their_config_types(key, text, value):
     cast = cast_param(key, text)
     assert cast == value and type(cast) is type(value)
+
+
+def test_the_effective_ratio_is_read_from_the_params_and_shown_in_the_summary(store, frame, report):
+    runs = MlflowClient(store).search_runs([MlflowClient(store).get_experiment_by_name("mae-study").experiment_id])
+    assert not any("effective_mask_ratio" in run.data.metrics for run in runs), "a param, logged once"
+    assert frame["effective_mask_ratio"].dtype.kind == "f"
+    expected = [Config(mask_ratio=r).effective_mask_ratio for r in frame["mask_ratio"]]
+    assert frame["effective_mask_ratio"].tolist() == expected
+    summary = pd.read_csv(report.parent / "summary.csv")
+    assert summary["effective_mask_ratio"].tolist() == [Config(mask_ratio=r).effective_mask_ratio for r in RATIOS]
 
 
 def test_axes_and_history(store, frame):
