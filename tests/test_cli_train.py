@@ -1,4 +1,7 @@
-"""``mae-study train`` always checkpoints; ``--resume`` continues; an interrupted run is never overwritten."""
+"""``mae-study train`` always checkpoints; ``--resume`` continues; an interrupted run is never overwritten.
+
+Slow (real training runs with their evaluation): left out of ``make test-fast``.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,8 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from studies.cli import main
+
+pytestmark = pytest.mark.slow
 
 TINY = ["dataset=digits", "train_limit=64", "test_limit=32", "encoder_width=16", "encoder_depth=1",
         "decoder_width=8", "decoder_depth=1", "steps=20", "checkpoint_every=10", "log_every=5",
