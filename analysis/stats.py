@@ -19,7 +19,8 @@ FAILED = "FAILED"
 MIN_TRIALS = 3  # fewer paired trials than this give no rank correlation worth stating
 
 # Plain-language names for sentences (figures add units to their own labels).
-PLAIN_NAMES = {m.name: m.plain for m in METRICS.values() if m.kind in ("risk", "downstream")}
+PLAIN_NAMES = {m.name: m.plain for m in METRICS.values()
+               if m.kind in ("risk", "diagnostic", "downstream", "reference")}
 
 
 def plain_name(metric: str) -> str:
