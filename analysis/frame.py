@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 from pydantic.fields import FieldInfo
 
-from evaluation.metrics import DOWNSTREAM_METRICS, REFERENCE_METRICS, RISK_METRICS
+from evaluation.metrics import DIAGNOSTIC_METRICS, DOWNSTREAM_METRICS, REFERENCE_METRICS, RISK_METRICS
 from mae_core.config import EVAL_PREFIX, Config, EvalConfig
 from mae_core.errors import UserError
 
@@ -31,9 +31,12 @@ class ReportError(UserError):
 
 
 # The final metrics a trial logs; every one becomes a float column (NaN when a run lacks it).
-# The vocabulary lives in evaluation.metrics (one table); these are its groups.
-FINAL_METRICS = (*RISK_METRICS, "test_mae_risk_stderr", "test_baseline_risk", *DOWNSTREAM_METRICS,
-                 *REFERENCE_METRICS, "train_loss", "train_seconds")
+# The vocabulary lives in evaluation.metrics (one table); these are its groups. Diagnostics
+# (an MAE's all-visible error) are columns of the tables but never risks: nothing correlates
+# or plots them as one.
+FINAL_METRICS = (*RISK_METRICS, "test_mae_risk_stderr", "test_baseline_risk", *DIAGNOSTIC_METRICS,
+                 *DOWNSTREAM_METRICS, *REFERENCE_METRICS, "scratch_best_finetune_steps",
+                 "data_train_test_duplicates", "train_loss", "train_seconds")
 
 # Params the config derives (Config.resolved()) rather than declares: their types. The
 # effective mask ratio is one of them (stores written before it became a param only also hold

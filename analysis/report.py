@@ -355,10 +355,14 @@ def _html(study: str, info: dict, frame: pd.DataFrame, tracking_uri: str, experi
         "<p>Mean ± sd over seeds (sample sd, ddof=1); <code>n</code> counts finished runs, "
         "<code>n_failed</code> failed ones; a metric computed on fewer runs states its own n. "
         "Risks are in target units² (pixel² for raw targets); lower is better. Accuracies are on "
-        "the test split; higher is better; <code>(test ±se)</code> is the test set's binomial "
+        "the test split (every probe setting chosen on a validation split carved from the "
+        "training split); higher is better; <code>random_*</code> columns are the same "
+        "evaluation of a freshly initialised model, <code>pixel_probe_*</code> the same probes on "
+        "raw pixels, <code>scratch_best_finetune_acc</code> a model trained from scratch for the "
+        "length best on validation. <code>test_allvisible_rec_risk</code> (an MAE with every "
+        "patch visible) is not a risk of the specification and is never correlated; <code>(test ±se)</code> is the test set's binomial "
         "standard error √(p(1−p)/n<sub>test</sub>), the uncertainty of one trial's accuracy from "
-        "the finite test set, beside the spread over seeds; <code>random_*</code> columns are "
-        "the same evaluation of a freshly initialised model.</p>",
+        "the finite test set, beside the spread over seeds.</p>",
         failed_html, _html_table(display),
         "<h2>Does lower risk mean a better representation?</h2>", f"<p>{e(reading)}</p>",
         _html_table(corr) if len(corr) else "<p>No risk and downstream metric were both logged.</p>",

@@ -35,7 +35,8 @@ POWER = 0.80  # the power at which the smallest detectable difference is stated
 TEST_SIZE = "probe_test_size"  # the metric holding the number of test images of the probes
 
 # Plain-language names for sentences (figures add units to their own labels).
-PLAIN_NAMES = {m.name: m.plain for m in METRICS.values() if m.kind in ("risk", "downstream")}
+PLAIN_NAMES = {m.name: m.plain for m in METRICS.values()
+               if m.kind in ("risk", "diagnostic", "downstream", "reference")}
 
 
 def plain_name(metric: str) -> str:

@@ -1,7 +1,12 @@
 """The one table of what a trial logs: every metric's name, label, unit, direction and reference.
 
 Progress lines, the report's frame, figures, statistics and tables all read this table, so a
-metric is named and described once. ``RISK_MEANING_AXES`` lists the config axes across which a
+metric is named and described once. Kinds: ``risk`` (the spec's empirical risks), ``baseline``
+(the mean-pixel predictor's risk), ``diagnostic`` (a number in target units that is *not* one
+of the spec's risks, e.g. an MAE's error with every patch visible, outside ``V_k``: never
+correlated with probes, never plotted as a risk), ``downstream`` (probes, fine-tuning),
+``reference`` (their baselines: random init, raw pixels, from scratch) and ``bookkeeping``.
+``RISK_MEANING_AXES`` lists the config axes across which a
 risk is not the same quantity (a "best risk" or a risk-vs-quality correlation across such cells
 compares unlike numbers).
 """
@@ -16,21 +21,23 @@ ACCURACY = "accuracy (test split)"
 @dataclass(frozen=True)
 class Metric:
     name: str  # the MLflow metric name
-    kind: str  # risk | baseline | downstream | reference | bookkeeping
+    kind: str  # risk | baseline | diagnostic | downstream | reference | bookkeeping
     label: str  # for an axis: what it is
     plain: str  # for a sentence
     unit: str  # "fraction" (accuracies), "target" (squared error in target units), "s", ...
     lower_is_better: bool
     reference: str | None = None  # the metric it is read against (random init, mean pixel)
-    reference_name: str | None = None  # how that reference is called in a legend
+    reference_name: str | None = None  # how this metric is called in a legend when it is a reference
+    baselines: tuple[str, ...] = ()  # further metrics it is read against (raw pixels, tuned from scratch)
 
 
 def _risk(name: str, label: str, plain: str) -> Metric:
     return Metric(name, "risk", label, plain, "target", True, "test_baseline_risk")
 
 
-def _probe(name: str, what: str, plain: str, reference: str | None) -> Metric:
-    return Metric(name, "downstream", f"{what} {ACCURACY}", plain, "fraction", False, reference)
+def _probe(name: str, what: str, plain: str, reference: str | None, baselines: tuple[str, ...] = ()) -> Metric:
+    return Metric(name, "downstream", f"{what} {ACCURACY}", plain, "fraction", False, reference,
+                  baselines=baselines)
 
 
 def _random(name: str, plain: str, reference_name: str | None = None) -> Metric:
@@ -38,23 +45,61 @@ def _random(name: str, plain: str, reference_name: str | None = None) -> Metric:
                   "fraction", False, reference_name=reference_name)
 
 
+def _pixel(name: str, plain: str) -> Metric:
+    return Metric(name, "reference", f"{plain} (raw pixels)", f"{plain} on raw pixels",
+                  "fraction", False, reference_name="raw pixels")
+
+
+def _chosen(prefix: str, whose: str) -> tuple[Metric, ...]:
+    """The settings a probe chose on the validation split (bookkeeping)."""
+    return (
+        Metric(f"{prefix}linear_c", "bookkeeping", f"linear-probe C ({whose})",
+               f"logistic-regression strength C chosen on validation ({whose})", "C", False),
+        Metric(f"{prefix}fewshot_c", "bookkeeping", f"few-shot probe C ({whose})",
+               f"few-shot logistic-regression strength C chosen on validation ({whose})", "C", False),
+        Metric(f"{prefix}knn_k", "bookkeeping", f"kNN k ({whose})",
+               f"kNN neighbour count chosen on validation ({whose})", "neighbours", False),
+    )
+
+
 METRICS: dict[str, Metric] = {m.name: m for m in (
     _risk("test_mae_risk", "masked MSE", "masked risk"),
     _risk("test_rec_risk", "reconstruction MSE", "reconstruction risk"),
     _risk("test_den_risk", "denoising MSE", "denoising risk"),
+    Metric("test_allvisible_rec_risk", "diagnostic", "all-visible reconstruction MSE (outside V_k)",
+           "MAE error with every patch visible (not a risk of the spec)", "target", True),
     Metric("test_mae_risk_stderr", "bookkeeping", "masked MSE standard error",
            "standard error of the masked risk", "target", True),
     Metric("test_baseline_risk", "baseline", "mean-pixel baseline MSE", "mean-pixel baseline risk",
            "target", True, reference_name="mean-pixel baseline"),
-    _probe("probe_linear_acc", "linear probe", "linear-probe accuracy", "random_probe_linear_acc"),
-    _probe("probe_fewshot_acc", "few-shot probe", "few-shot probe accuracy", "random_probe_fewshot_acc"),
-    _probe("probe_knn_acc", "kNN", "kNN accuracy", "random_probe_knn_acc"),
-    _probe("finetune_acc", "fine-tuning", "fine-tuning accuracy", "random_finetune_acc"),
+    _probe("probe_linear_acc", "linear probe", "linear-probe accuracy", "random_probe_linear_acc",
+           ("pixel_probe_linear_acc",)),
+    _probe("probe_fewshot_acc", "few-shot probe", "few-shot probe accuracy", "random_probe_fewshot_acc",
+           ("pixel_probe_fewshot_acc",)),
+    _probe("probe_knn_acc", "kNN", "kNN accuracy", "random_probe_knn_acc", ("pixel_probe_knn_acc",)),
+    _probe("finetune_acc", "fine-tuning", "fine-tuning accuracy", "random_finetune_acc",
+           ("scratch_best_finetune_acc",)),
     _probe("partial_finetune_acc", "partial fine-tuning", "partial fine-tuning accuracy", None),
     _random("random_probe_linear_acc", "linear-probe accuracy"),
     _random("random_probe_fewshot_acc", "few-shot probe accuracy"),
     _random("random_probe_knn_acc", "kNN accuracy"),
     _random("random_finetune_acc", "fine-tuning accuracy", reference_name="from scratch"),
+    _pixel("pixel_probe_linear_acc", "linear-probe accuracy"),
+    _pixel("pixel_probe_fewshot_acc", "few-shot probe accuracy"),
+    _pixel("pixel_probe_knn_acc", "kNN accuracy"),
+    Metric("scratch_best_finetune_acc", "reference", "fine-tuning accuracy (from scratch, tuned length)",
+           "accuracy of a model trained from scratch for the length best on validation", "fraction",
+           False, reference_name="from scratch (tuned length)"),
+    Metric("scratch_best_finetune_steps", "bookkeeping", "from-scratch training length (updates)",
+           "from-scratch training length chosen on validation", "steps", False),
+    *_chosen("probe_", "pretrained"), *_chosen("random_probe_", "random init"),
+    *_chosen("pixel_probe_", "raw pixels"),
+    Metric("probe_train_size", "bookkeeping", "training split (images)", "training split size", "images", False),
+    Metric("probe_val_size", "bookkeeping", "validation split (images, inside training)",
+           "validation split size", "images", False),
+    Metric("probe_test_size", "bookkeeping", "test split (images)", "test split size", "images", False),
+    Metric("data_train_test_duplicates", "bookkeeping", "test images equal to a training image",
+           "number of test images byte-equal to a training image", "images", True),
     Metric("train_loss", "bookkeeping", "training loss", "training loss", "target", True),
     Metric("train_seconds", "bookkeeping", "training time (s)", "training time", "s", True),
 )}  # the effective mask ratio (M-k)/M is a param (Config.resolved()), not a metric
@@ -65,7 +110,8 @@ def names(kind: str) -> tuple[str, ...]:
     return tuple(m.name for m in METRICS.values() if m.kind == kind)
 
 
-RISK_METRICS = names("risk")
+RISK_METRICS = names("risk")  # the spec's risks only: what reports correlate with probes
+DIAGNOSTIC_METRICS = names("diagnostic")
 DOWNSTREAM_METRICS = names("downstream")
 REFERENCE_METRICS = names("reference")
 

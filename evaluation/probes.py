@@ -1,27 +1,43 @@
 """Downstream quality of a trained encoder: linear, few-shot and kNN probes, and fine-tuning.
 
 Every probe reads ``model.features(patches [B,M,q]) -> [B,F]`` with all patches visible (the
-representation the pretrained encoder hands downstream). The same probes on a freshly
-initialised model of the same config give the ``random_probe_*`` reference row: seed 001
-found that frozen, pooled MAE features can probe *worse* than a random encoder, so a probe
-number means little without it. Fine-tuning (MAE Figure 5) and partial fine-tuning of the
-last n blocks (MAE Figure 9) update the encoder itself, which is where MAE is expected to pay off.
+representation the pretrained encoder hands downstream). Baselines stand beside every probe:
+the same probes on a freshly initialised model of the same config (``random_probe_*``: seed
+001 found that frozen, pooled MAE features can probe *worse* than a random encoder) and on the
+raw pixels, the flattened patches ``[N, M·q]`` (``pixel_probe_*``). Fine-tuning (MAE Figure 5)
+and partial fine-tuning of the last n blocks (MAE Figure 9) update the encoder itself; beside
+them stand training from scratch for the same number of updates (``random_finetune_acc``) and
+from scratch with its own budget chosen on validation (``scratch_best_finetune_acc``), so
+"pretraining helps" is tested against a well-trained model.
+
+Choices and the test split: every setting a probe chooses (the logistic-regression strength C
+of the linear and few-shot probes, the kNN k, the from-scratch training length) is chosen on a
+validation split carved from the training split (:func:`validation_split`: stratified,
+``eval.val_fraction`` of it, seeded by the trial's seed): fit on the training split minus the
+validation split, scored on the validation split, ties to the first (smallest) candidate. The
+chosen setting is then refitted on the whole training split (training + validation) and the
+test split is scored once, at the end. Pretraining itself reads no labels, and uses the whole
+training split.
 """
 
 from __future__ import annotations
 
 import copy
-from functools import partial
-from collections.abc import Iterator
+import dataclasses
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
 from torch import nn
 
 from mae_core.config import Config, EvalConfig
@@ -33,38 +49,158 @@ FEATURE_BATCH = 512  # images per forward pass when extracting features
 FEWSHOT_DRAWS = EvalConfig.model_fields["fewshot_draws"].default
 FINETUNE_LR = EvalConfig.model_fields["finetune_lr"].default
 FINETUNE_BATCH = EvalConfig.model_fields["finetune_batch_size"].default
+LOGISTIC_MAX_ITER = 1000  # lbfgs iterations; a large C that has not converged is still a candidate
 
 # ------------------------------------------------------------------- pure probes (numpy in)
 
 
+@contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """scikit-learn's probes on one BLAS/OpenMP thread: they are small, and on a busy machine
+    spin-waiting threads made each fit 5-10x slower (measured on the digits probes)."""
+    with threadpool_limits(limits=1), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # a large C is still a candidate
+        yield
+
+
 def linear_probe_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
-                          test_y: np.ndarray) -> float:
-    """Standardised features ``[N,F]`` + multinomial logistic regression; test accuracy in [0,1]."""
+                          test_y: np.ndarray, C: float = 1.0) -> float:
+    """Standardised features ``[N,F]`` + multinomial logistic regression with inverse L2
+    strength ``C``; test accuracy in [0,1]."""
+    return _linear_path(train_x, train_y, test_x, test_y, (C,))[0]
+
+
+def _linear_path(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
+                 grid: Sequence[float]) -> list[float]:
+    """Test accuracy of the linear probe at each C of ``grid`` (ascending), one regularisation
+    path: each fit starts from the previous solution (the same optimum, fewer iterations)."""
     if np.unique(train_y).size < 2:  # nothing to separate: the only sensible rule is the constant one
-        return float(np.mean(test_y == train_y[0]))
-    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
-    probe.fit(train_x, train_y)
-    return float(probe.score(test_x, test_y))
+        return [float(np.mean(test_y == train_y[0]))] * len(grid)
+    scaler = StandardScaler().fit(train_x)
+    train_z, test_z = scaler.transform(train_x), scaler.transform(test_x)
+    probe = LogisticRegression(max_iter=LOGISTIC_MAX_ITER, warm_start=True)
+    scores = []
+    with _one_blas_thread():
+        for c in grid:
+            probe.set_params(C=c).fit(train_z, train_y)
+            scores.append(float(probe.score(test_z, test_y)))
+    return scores
 
 
 def knn_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
                  k: int = 20) -> float:
     """k-nearest-neighbour vote under cosine distance (k capped at the training size)."""
     knn = KNeighborsClassifier(n_neighbors=min(k, len(train_x)), metric="cosine")
-    knn.fit(train_x, train_y)
-    return float(knn.score(test_x, test_y))
+    with _one_blas_thread():
+        knn.fit(train_x, train_y)
+        return float(knn.score(test_x, test_y))
 
 
 def fewshot_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
-                     test_y: np.ndarray, shots: int, seed: int, draws: int = FEWSHOT_DRAWS) -> float:
+                     test_y: np.ndarray, shots: int, seed: int, draws: int = FEWSHOT_DRAWS,
+                     C: float = 1.0) -> float:
     """Linear probe on ``shots`` labelled examples per class (all of a smaller class), mean over
     ``draws`` seeded draws."""
+    return _fewshot_path(train_x, train_y, test_x, test_y, shots, seed, draws, (C,))[0]
+
+
+def _fewshot_path(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
+                  shots: int, seed: int, draws: int, grid: Sequence[float]) -> list[float]:
+    """:func:`fewshot_accuracy` at each C of ``grid``, on the same draws."""
     rng = np.random.default_rng(seed)
     scores = []
     for _ in range(draws):
         chosen = _per_class(train_y, shots, rng)
-        scores.append(linear_probe_accuracy(train_x[chosen], train_y[chosen], test_x, test_y))
-    return float(np.mean(scores))
+        scores.append(_linear_path(train_x[chosen], train_y[chosen], test_x, test_y, grid))
+    return [float(v) for v in np.mean(scores, axis=0)]
+
+
+# ------------------------------------------------------------ the validation split, choices
+
+
+@dataclass(frozen=True)
+class ValidationSplit:
+    """Indices into the training split: ``fit`` (what a choice trains on) and ``val`` (what it
+    is scored on); disjoint, together every training index."""
+
+    fit: np.ndarray
+    val: np.ndarray
+
+    def choice_data(self, data: PatchData) -> PatchData:
+        """``data`` as a choice sees it: train = the fit part, and the validation split in the
+        place of the test split (the test split itself is not in it)."""
+        fit, val = torch.from_numpy(self.fit), torch.from_numpy(self.val)
+        return dataclasses.replace(
+            data, train_patches=data.train_patches[fit], train_labels=data.train_labels[fit],
+            test_patches=data.train_patches[val], test_labels=data.train_labels[val])
+
+
+def validation_split(labels: np.ndarray, fraction: float, seed: int) -> ValidationSplit:
+    """Hold out ``round(fraction·n_c)`` images of each class c (a class always keeps one image
+    in the fit part; at least one image is held out), drawn with ``seed``."""
+    labels = np.asarray(labels)
+    if len(labels) < 2:
+        raise ValueError(f"eval.val_fraction: a validation split needs at least 2 training images, "
+                         f"got {len(labels)}")
+    rng = np.random.default_rng([seed, 1])  # its own stream: the few-shot draws use default_rng(seed)
+    held: list[np.ndarray] = []
+    for c in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == c))
+        held.append(members[:min(int(round(fraction * len(members))), len(members) - 1)])
+    val = np.concatenate(held)
+    if val.size == 0:  # every class too small to spare an image
+        val = rng.permutation(len(labels))[:1]
+    val = np.sort(val)
+    fit = np.setdiff1d(np.arange(len(labels)), val)
+    return ValidationSplit(fit=fit, val=val)
+
+
+def _first_best(candidates: Sequence, scores: Sequence[float]):
+    """The candidate with the highest score; a tie goes to the first."""
+    return candidates[int(np.argmax(scores))]
+
+
+def choose_linear_c(fit_x: np.ndarray, fit_y: np.ndarray, val_x: np.ndarray, val_y: np.ndarray,
+                    grid: Sequence[float]) -> float:
+    """The C of ``grid`` whose linear probe, fitted on the fit part, scores best on validation."""
+    grid = sorted(grid)
+    return _first_best(grid, _linear_path(fit_x, fit_y, val_x, val_y, grid))
+
+
+def choose_fewshot_c(fit_x: np.ndarray, fit_y: np.ndarray, val_x: np.ndarray, val_y: np.ndarray,
+                     grid: Sequence[float], shots: int, seed: int, draws: int) -> float:
+    """The C of ``grid`` whose few-shot probe (shots drawn from the fit part) scores best on
+    validation, averaged over the same ``draws``."""
+    grid = sorted(grid)
+    return _first_best(grid, _fewshot_path(fit_x, fit_y, val_x, val_y, shots, seed, draws, grid))
+
+
+def choose_knn_k(fit_x: np.ndarray, fit_y: np.ndarray, val_x: np.ndarray, val_y: np.ndarray,
+                 grid: Sequence[int]) -> int:
+    """The k of ``grid`` (each capped at the fit part's size) whose kNN vote scores best on validation."""
+    usable = sorted({min(int(k), len(fit_x)) for k in grid})
+    return _first_best(usable, [knn_accuracy(fit_x, fit_y, val_x, val_y, k) for k in usable])
+
+
+def feature_probes(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
+                   split: ValidationSplit, settings: EvalConfig, *, seed: int,
+                   prefix: str = "probe_") -> dict[str, float]:
+    """Linear, few-shot and kNN accuracy on the test split of features ``[N,F]``, every setting
+    chosen on ``split`` first (logged as ``<prefix>linear_c``, ``<prefix>fewshot_c``,
+    ``<prefix>knn_k``), then refitted on the whole training split."""
+    fit, val = split.fit, split.val
+    choice = (train_x[fit], train_y[fit], train_x[val], train_y[val])
+    c = choose_linear_c(*choice, settings.linear_cs)
+    fewshot_c = choose_fewshot_c(*choice, settings.linear_cs, settings.fewshot, seed, settings.fewshot_draws)
+    k = choose_knn_k(*choice, settings.knn_ks)
+    # Every choice is made: the test split is read once, by the refitted probes.
+    return {
+        f"{prefix}linear_acc": linear_probe_accuracy(train_x, train_y, test_x, test_y, C=c),
+        f"{prefix}fewshot_acc": fewshot_accuracy(train_x, train_y, test_x, test_y, settings.fewshot,
+                                                 seed, draws=settings.fewshot_draws, C=fewshot_c),
+        f"{prefix}knn_acc": knn_accuracy(train_x, train_y, test_x, test_y, k),
+        f"{prefix}linear_c": float(c), f"{prefix}fewshot_c": float(fewshot_c), f"{prefix}knn_k": float(k),
+    }
 
 
 # ------------------------------------------------------------------------------ features
@@ -95,18 +231,17 @@ def extract_features(model: nn.Module, patches: torch.Tensor, batch_size: int = 
     return torch.cat(parts).numpy()
 
 
-def frozen_probes(model: nn.Module, data: PatchData, *, fewshot: int, knn_k: int, seed: int,
-                  prefix: str = "probe_", fewshot_draws: int = FEWSHOT_DRAWS) -> dict[str, float]:
-    """Linear, few-shot and kNN accuracy of ``model``'s frozen features on ``data``'s test split."""
-    train_x = extract_features(model, data.train_patches)
-    test_x = extract_features(model, data.test_patches)
-    train_y, test_y = data.train_labels.numpy(), data.test_labels.numpy()
-    return {
-        f"{prefix}linear_acc": linear_probe_accuracy(train_x, train_y, test_x, test_y),
-        f"{prefix}fewshot_acc": fewshot_accuracy(train_x, train_y, test_x, test_y, fewshot, seed,
-                                                 draws=fewshot_draws),
-        f"{prefix}knn_acc": knn_accuracy(train_x, train_y, test_x, test_y, knn_k),
-    }
+def pixel_features(patches: torch.Tensor) -> np.ndarray:
+    """The raw-pixel baseline's features: ``patches [N,M,q] -> float32 [N, M·q]``."""
+    return patches.reshape(len(patches), -1).float().numpy()
+
+
+def frozen_probes(model: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
+                  seed: int, prefix: str = "probe_") -> dict[str, float]:
+    """:func:`feature_probes` on ``model``'s frozen features of ``data``."""
+    return feature_probes(extract_features(model, data.train_patches), data.train_labels.numpy(),
+                          extract_features(model, data.test_patches), data.test_labels.numpy(),
+                          split, settings, seed=seed, prefix=prefix)
 
 
 def random_init_model(config: Config, device: torch.device | None = None) -> nn.Module:
@@ -161,20 +296,29 @@ def _per_class(labels: np.ndarray, shots: int, rng: np.random.Generator) -> np.n
     ])
 
 
-def finetune_accuracy(model: nn.Module, data: PatchData, steps: int, *, seed: int,
-                      blocks: int | None = None, shots: int | None = None, lr: float = FINETUNE_LR,
-                      batch_size: int = FINETUNE_BATCH) -> float:
-    """Fine-tune a deep copy of ``model`` plus a linear head with AdamW and cross-entropy for
-    ``steps`` minibatches; accuracy on the test split. ``model`` is untouched.
+def _accuracy(classifier: nn.Module, patches: torch.Tensor, labels: torch.Tensor) -> float:
+    device = _device(classifier)
+    correct = 0
+    with _eval_mode(classifier), torch.inference_mode():
+        for i in range(0, len(patches), FEATURE_BATCH):
+            logits = classifier(patches[i:i + FEATURE_BATCH].to(device))
+            correct += int((logits.argmax(1).cpu() == labels[i:i + FEATURE_BATCH]).sum())
+    return correct / len(patches)
 
-    The labelled set is the whole train split, or ``shots`` examples per class (seed 001's
-    exercise: fine-tune end to end on the few-shot probe's examples); a labelled set no larger
-    than ``batch_size`` is used whole at every step.
-    """
+
+def _finetune_scores(model: nn.Module, data: PatchData, checkpoints: Sequence[int], *, seed: int,
+                     score: Callable[[nn.Module], float], blocks: int | None = None,
+                     shots: int | None = None, lr: float = FINETUNE_LR, batch_size: int = FINETUNE_BATCH,
+                     num_classes: int | None = None) -> list[float]:
+    """Fine-tune a deep copy of ``model`` plus a linear head on ``data``'s train split with
+    AdamW (constant step size) and cross-entropy; ``score(classifier)`` after each of the
+    ascending update counts ``checkpoints``. One run: the classifier scored at n updates is the
+    one :func:`finetune_accuracy` with ``steps=n`` trains."""
     device = _device(model)
     pool = (torch.from_numpy(fewshot_indices(data.train_labels.numpy(), shots, seed))
             if shots is not None else torch.arange(len(data.train_patches)))
-    num_classes = int(max(data.train_labels.max(), data.test_labels.max())) + 1
+    num_classes = int(data.train_labels.max()) + 1 if num_classes is None else num_classes
+    scores: list[float] = []
     with torch.random.fork_rng(devices=[]):  # the head's init and the batches are seeded here
         torch.manual_seed(seed)
         body = copy.deepcopy(model)
@@ -189,20 +333,49 @@ def finetune_accuracy(model: nn.Module, data: PatchData, steps: int, *, seed: in
         optimizer = torch.optim.AdamW(trainable + list(classifier.head.parameters()), lr=lr)
         sampler = torch.Generator().manual_seed(seed)
         classifier.train()
-        for _ in range(steps):
-            index = pool if len(pool) <= batch_size else pool[torch.randint(len(pool), (batch_size,), generator=sampler)]
-            logits = classifier(data.train_patches[index].to(device))
-            loss = F.cross_entropy(logits, data.train_labels[index].to(device))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-    classifier.eval()
-    correct = 0
-    with torch.inference_mode():
-        for i in range(0, len(data.test_patches), FEATURE_BATCH):
-            logits = classifier(data.test_patches[i:i + FEATURE_BATCH].to(device))
-            correct += int((logits.argmax(1).cpu() == data.test_labels[i:i + FEATURE_BATCH]).sum())
-    return correct / len(data.test_patches)
+        done = 0
+        for until in checkpoints:
+            for _ in range(done, until):
+                index = pool if len(pool) <= batch_size else pool[torch.randint(len(pool), (batch_size,), generator=sampler)]
+                logits = classifier(data.train_patches[index].to(device))
+                loss = F.cross_entropy(logits, data.train_labels[index].to(device))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+            done = max(done, until)
+            scores.append(score(classifier))  # in eval mode; training mode restored after
+    return scores
+
+
+def finetune_accuracy(model: nn.Module, data: PatchData, steps: int, *, seed: int,
+                      blocks: int | None = None, shots: int | None = None, lr: float = FINETUNE_LR,
+                      batch_size: int = FINETUNE_BATCH, num_classes: int | None = None) -> float:
+    """Fine-tune a deep copy of ``model`` plus a linear head with AdamW and cross-entropy for
+    ``steps`` minibatches; accuracy on the test split. ``model`` is untouched.
+
+    The labelled set is the whole train split, or ``shots`` examples per class (seed 001's
+    exercise: fine-tune end to end on the few-shot probe's examples); a labelled set no larger
+    than ``batch_size`` is used whole at every step. The head has ``num_classes`` outputs
+    (default: the largest training label + 1).
+    """
+    (accuracy,) = _finetune_scores(
+        model, data, (steps,), seed=seed, blocks=blocks, shots=shots, lr=lr, batch_size=batch_size,
+        num_classes=num_classes, score=lambda classifier: _accuracy(classifier, data.test_patches, data.test_labels))
+    return accuracy
+
+
+def choose_finetune_steps(model: nn.Module, choice: PatchData, candidates: Sequence[int], *, seed: int,
+                          shots: int | None = None, lr: float = FINETUNE_LR, batch_size: int = FINETUNE_BATCH,
+                          num_classes: int | None = None) -> tuple[int, float]:
+    """``(steps, validation accuracy)``: the update count of ``candidates`` at which fine-tuning
+    ``model`` on ``choice``'s train split (the fit part) scores best on its test split (the
+    validation split, see :meth:`ValidationSplit.choice_data`); one run, scored in chunks."""
+    candidates = sorted(candidates)
+    scores = _finetune_scores(
+        model, choice, candidates, seed=seed, shots=shots, lr=lr, batch_size=batch_size,
+        num_classes=num_classes, score=lambda classifier: _accuracy(classifier, choice.test_patches, choice.test_labels))
+    best = int(np.argmax(scores))
+    return candidates[best], scores[best]
 
 
 # ------------------------------------------------------------------------------ one call
@@ -213,31 +386,46 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
     """Every downstream metric of one trial (names are the MLflow metric names), with the
     settings of ``config.eval`` (``overrides`` replace some of them: ``finetune_steps=20``).
 
-    ``probe_{linear,fewshot,knn}_acc`` on ``model``; ``random_probe_*`` on a fresh model of the
-    same config; with ``finetune_steps > 0`` also ``finetune_acc`` (all weights) and
-    ``random_finetune_acc`` (the same from random init, i.e. training from scratch); with
+    ``probe_{linear,fewshot,knn}_acc`` on ``model``; the same probes on a fresh model of the
+    same config (``random_probe_*``) and on raw pixels (``pixel_probe_*``), each with the
+    settings it chose on the validation split (``*_linear_c``, ``*_fewshot_c``, ``*_knn_k``);
+    with ``finetune_steps > 0`` also ``finetune_acc`` (all weights), ``random_finetune_acc``
+    (the same from random init, i.e. training from scratch for as many updates) and
+    ``scratch_best_finetune_acc`` (from scratch for ``scratch_best_finetune_steps`` updates,
+    the candidate of ``eval.scratch_candidates`` best on validation); with
     ``finetune_blocks=n`` also ``partial_finetune_acc`` (last n blocks + head); with
     ``finetune_shots=n`` every fine-tuning uses n labelled examples per class instead of the
-    whole train split. n itself is not a metric: it is the ``eval.finetune_blocks`` or
-    ``eval.finetune_shots`` param (each value is logged once). Sizes of the splits are
-    ``probe_train_size``/``probe_test_size``.
+    whole train split (n itself is the ``eval.finetune_blocks`` / ``eval.finetune_shots``
+    param, not a metric: each value is logged once). Sizes:
+    ``probe_train_size`` (the whole training split, which every refit uses),
+    ``probe_val_size`` (its validation part) and ``probe_test_size``.
     """
     settings = EvalConfig(**{**config.eval.model_dump(), **overrides}) if overrides else config.eval
     seed = config.seed if seed is None else seed
     device = _device(model)
     fresh = random_init_model(config, device)
-    frozen = partial(frozen_probes, data=data, fewshot=settings.fewshot, knn_k=settings.knn_k, seed=seed,
-                     fewshot_draws=settings.fewshot_draws)
-    metrics = frozen(model)
-    metrics.update(frozen(fresh, prefix="random_probe_"))
+    train_y, test_y = data.train_labels.numpy(), data.test_labels.numpy()
+    split = validation_split(train_y, settings.val_fraction, seed)
+    metrics = frozen_probes(model, data, split, settings, seed=seed)
+    metrics.update(frozen_probes(fresh, data, split, settings, seed=seed, prefix="random_probe_"))
+    metrics.update(feature_probes(pixel_features(data.train_patches), train_y, pixel_features(data.test_patches),
+                                  test_y, split, settings, seed=seed, prefix="pixel_probe_"))
     if settings.finetune_steps > 0:
-        tune = partial(finetune_accuracy, steps=settings.finetune_steps, seed=seed,
-                       shots=settings.finetune_shots, lr=settings.finetune_lr,
-                       batch_size=settings.finetune_batch_size)
-        metrics["finetune_acc"] = tune(model, data)
-        metrics["random_finetune_acc"] = tune(fresh, data)
+        num_classes = int(data.train_labels.max()) + 1
+        options = dict(seed=seed, shots=settings.finetune_shots, lr=settings.finetune_lr,
+                       batch_size=settings.finetune_batch_size, num_classes=num_classes)
+        metrics["finetune_acc"] = finetune_accuracy(model, data, settings.finetune_steps, **options)
+        metrics["random_finetune_acc"] = finetune_accuracy(fresh, data, settings.finetune_steps, **options)
+        steps, _ = choose_finetune_steps(fresh, split.choice_data(data), settings.scratch_candidates, **options)
+        # refitted on the whole training split; at finetune_steps that is random_finetune_acc's run
+        metrics["scratch_best_finetune_acc"] = (
+            metrics["random_finetune_acc"] if steps == settings.finetune_steps
+            else finetune_accuracy(fresh, data, steps, **options))
+        metrics["scratch_best_finetune_steps"] = float(steps)
         if settings.finetune_blocks is not None:
-            metrics["partial_finetune_acc"] = tune(model, data, blocks=settings.finetune_blocks)
+            metrics["partial_finetune_acc"] = finetune_accuracy(model, data, settings.finetune_steps,
+                                                                blocks=settings.finetune_blocks, **options)
     metrics["probe_train_size"] = float(len(data.train_patches))
+    metrics["probe_val_size"] = float(len(split.val))
     metrics["probe_test_size"] = float(len(data.test_patches))
     return metrics

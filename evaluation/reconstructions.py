@@ -13,16 +13,16 @@ from mae_core.config import Config
 from mae_core.corruptions import corrupt
 from mae_core.masking import masked_positions, sample_visible
 from mae_core.patches import unpatchify
+from mae_core.targets import target_moments
 
 
 def _to_pixels(patches: torch.Tensor, reference: torch.Tensor, target: str) -> torch.Tensor:
     """Predictions in target space back to pixel space: a normalised target is shown with each
-    patch's own mean and standard deviation (as He et al.'s visualisations do)."""
+    patch's own mean and scale (as He et al.'s visualisations do), the inverse of ``T``."""
     if target == "raw":
         return patches
-    mean = reference.mean(dim=-1, keepdim=True)
-    std = reference.var(dim=-1, keepdim=True, unbiased=False).add(1e-6).sqrt()
-    return patches * std + mean
+    mean, scale = target_moments(reference, target)
+    return patches * scale + mean
 
 
 @torch.inference_mode()

@@ -21,13 +21,16 @@ def reconstruction_metrics(model: nn.Module, config: Config, data: PatchData) ->
 
     ``test_mae_risk`` (``R_MAE^emp`` at the trial's k; exact when ``C(M,k)`` fits the budget)
     exists for the MAE only: the AE/DAE encoder is not a masked encoder, so the spec defines no
-    masked risk for it. ``test_rec_risk`` is ``R_rec^emp`` with every patch visible;
+    masked risk for it. ``test_rec_risk`` is the AE's and DAE's ``R_rec^emp``; an MAE's error
+    with every patch visible (``k = M``, outside ``V_k``: not one of its risks) is logged as
+    ``test_allvisible_rec_risk``, a diagnostic that never stands in for a risk.
     ``test_den_risk`` is ``R_den^emp`` over the finite law of ``corruption_copies`` seeded copies.
     """
     test = data.test_patches
+    all_visible = empirical_rec_risk(model, test, config.target)
     metrics: dict[str, float] = {
         "test_baseline_risk": mean_pixel_baseline_risk(data.train_patches, test, config.target),
-        "test_rec_risk": empirical_rec_risk(model, test, config.target),
+        "test_allvisible_rec_risk" if config.objective == "mae" else "test_rec_risk": all_visible,
     }
     if config.objective == "mae":
         risk = empirical_mae_risk(

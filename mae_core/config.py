@@ -64,7 +64,15 @@ class EvalConfig(BaseModel):
 
     fewshot: int = Field(8, ge=1, description="labelled examples per class for the few-shot probe")
     fewshot_draws: int = Field(5, ge=1, description="seeded draws of those examples, averaged")
-    knn_k: int = Field(20, ge=1, description="neighbours of the kNN probe (capped at the training size)")
+    # Every choice a probe makes is made on a validation split carved from the training split
+    # (seeded by ``seed``); the test split is read once, after the chosen setting is refitted
+    # on the whole training split.
+    val_fraction: float = Field(0.2, gt=0.0, lt=1.0,
+                                description="share of the training split held out for the probes' choices")
+    linear_cs: tuple[float, ...] = Field((0.01, 0.1, 1.0, 10.0, 100.0),
+                                         description="logistic-regression C tried (linear, few-shot)")
+    knn_ks: tuple[int, ...] = Field((1, 5, 10, 20, 50),
+                                    description="kNN neighbour counts tried (capped at the training size)")
     finetune_steps: int = Field(0, ge=0, description="fine-tuning minibatches; 0 = no fine-tuning")
     finetune_blocks: int | None = Field(
         None, ge=0, description="also fine-tune only the last n blocks (MAE Fig. 9)")
@@ -72,13 +80,55 @@ class EvalConfig(BaseModel):
         None, ge=1, description="fine-tune on n examples per class, not the whole split")
     finetune_lr: float = Field(1e-3, gt=0.0, description="AdamW step size of fine-tuning")
     finetune_batch_size: int = Field(64, ge=1, description="images per fine-tuning minibatch")
+    # The from-scratch baseline with its own budget: trained on the training split minus the
+    # validation split, scored on validation every ``scratch_eval_every`` updates up to
+    # ``scratch_max_steps``; the best count is refitted on the whole training split.
+    scratch_max_steps: int | None = Field(
+        None, ge=1, description="longest from-scratch run tried; None = 4 x finetune_steps")
+    scratch_eval_every: int | None = Field(
+        None, ge=1, description="from-scratch updates between validation scores; None = finetune_steps // 2")
+
+    @field_validator("linear_cs", "knn_ks", mode="before")
+    @classmethod
+    def _grid_from_text(cls, value: Any) -> Any:
+        """``"0.1,1,10"`` (CLI, YAML) or one number -> a tuple; lists pass through."""
+        if isinstance(value, str):
+            return tuple(part for part in value.replace(",", " ").split() if part)
+        if isinstance(value, (int, float)):
+            return (value,)
+        return value
+
+    @field_validator("linear_cs", "knn_ks", mode="after")
+    @classmethod
+    def _grid_values(cls, value: tuple) -> tuple:
+        """Non-empty, every value positive (finite C, k >= 1); sorted and without repeats, so a
+        tie on the validation split goes to the first (the smallest) value."""
+        if not value:
+            raise ValueError("needs at least one value")
+        if any(not (v > 0 and math.isfinite(v)) for v in value):
+            raise ValueError("every value must be positive and finite")
+        return tuple(sorted(set(value)))
 
     @model_validator(mode="after")
     def _check_consistency(self) -> EvalConfig:
-        if self.finetune_blocks is not None and self.finetune_steps <= 0:
-            raise ValueError(f"{EVAL_PREFIX}.finetune_blocks={self.finetune_blocks} needs "
-                             f"{EVAL_PREFIX}.finetune_steps > 0")
+        for key in ("finetune_blocks", "scratch_max_steps", "scratch_eval_every"):
+            if getattr(self, key) is not None and self.finetune_steps <= 0:
+                raise ValueError(f"{EVAL_PREFIX}.{key}={getattr(self, key)} needs "
+                                 f"{EVAL_PREFIX}.finetune_steps > 0")
         return self
+
+    @property
+    def resolved_scratch_max_steps(self) -> int:
+        """The cap of the from-scratch budget search (updates)."""
+        return self.scratch_max_steps if self.scratch_max_steps is not None else 4 * self.finetune_steps
+
+    @property
+    def scratch_candidates(self) -> tuple[int, ...]:
+        """Update counts the from-scratch baseline is scored at on the validation split:
+        multiples of ``scratch_eval_every`` up to the cap, and the cap itself."""
+        cap = self.resolved_scratch_max_steps
+        every = self.scratch_eval_every if self.scratch_eval_every is not None else max(1, self.finetune_steps // 2)
+        return tuple(sorted({*range(every, cap + 1, every), cap}))
 
 
 def nest_eval_keys(keys: dict[str, Any]) -> dict[str, Any]:
@@ -207,6 +257,9 @@ class Config(BaseModel):
             raise ValueError("objective=dae needs a corruption: gaussian, masking or salt_pepper")
         if self.resolved_corruption in ("masking", "salt_pepper") and self.corruption_level > 1:
             raise ValueError(f"corruption_level={self.corruption_level} must be in [0, 1] for {self.resolved_corruption}")
+        if self.target != "raw" and self.patch_dim < 2:
+            raise ValueError(f"target={self.target} normalises each patch and needs q >= 2 values per "
+                             f"patch; patch_size={self.resolved_patch_size} gives q={self.patch_dim}")
         if self.mask_token_in_encoder and self.objective != "mae":
             raise ValueError("mask_token_in_encoder applies only to objective=mae")
         blocks = self.eval.finetune_blocks

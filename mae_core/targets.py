@@ -4,9 +4,11 @@
 * ``norm``: the specification's ``T_norm(u) = (u - ū·1) / s(u)`` with the *population*
   standard deviation ``s(u) = (q⁻¹ Σ_r (u_r - ū)²)^½`` and no epsilon. It is defined only
   for ``s(u) > 0``, so a training set must lie in ``D_norm = {x : s(x_j) > 0 ∀ j}``.
-* ``norm_eps``: He et al.'s implementation variant ``(u - ū)/sqrt(var(u) + 1e-6)``, defined
-  everywhere. It is *not* the spec's ``T_norm``; it exists for the target ablation and for
-  data with constant patches.
+* ``norm_eps``: He et al.'s implementation (``models_mae.py``, ``forward_loss``): per-patch
+  mean and *unbiased* variance (``target.var(dim=-1)``, divisor ``q-1``, torch's default),
+  ``(u - ū)/sqrt(var(u) + 1e-6)``; defined everywhere (``q >= 2``). It is *not* the spec's
+  ``T_norm`` (whose ``s(u)`` divides by ``q``, with no epsilon); it exists for the target
+  ablation and for data with constant patches.
 """
 
 from __future__ import annotations
@@ -76,6 +78,20 @@ def require_norm_domain(patches: torch.Tensor, what: str = "the training set") -
         )
 
 
+def target_moments(patches: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(mean, scale)`` per patch, each ``[B,M,1]``, with ``T(u) = (u - mean) / scale``:
+    ``norm``: the population std ``s(u)`` (spec); ``norm_eps``: ``sqrt(var(u) + 1e-6)`` with
+    the unbiased variance (He et al.). Also maps a normalised prediction back to pixels."""
+    if kind not in ("norm", "norm_eps"):
+        raise ValueError(f"target={kind!r} has no per-patch moments (norm or norm_eps)")
+    if patches.shape[-1] < 2:
+        raise ValueError(f"target={kind} needs at least 2 values per patch (q={patches.shape[-1]})")
+    mean = patches.mean(dim=-1, keepdim=True)
+    if kind == "norm_eps":
+        return mean, torch.sqrt(patches.var(dim=-1, keepdim=True) + NORM_EPS)  # unbiased, as He et al.
+    return mean, patches.var(dim=-1, keepdim=True, unbiased=False).sqrt()  # population, as the spec
+
+
 def apply_target(patches: torch.Tensor, kind: str) -> torch.Tensor:
     """``T(x_j)`` for every patch: ``[B,M,q] -> [B,M,q]``.
 
@@ -85,9 +101,7 @@ def apply_target(patches: torch.Tensor, kind: str) -> torch.Tensor:
         return patches
     if kind not in TARGETS:
         raise ValueError(f"target={kind!r} is not one of {', '.join(TARGETS)}")
-    mean = patches.mean(dim=-1, keepdim=True)
-    var = patches.var(dim=-1, keepdim=True, unbiased=False)  # population variance, as the spec
-    if kind == "norm_eps":
-        return (patches - mean) / torch.sqrt(var + NORM_EPS)
-    require_norm_domain(patches, what="these images")
-    return (patches - mean) / var.sqrt()
+    if kind == "norm":
+        require_norm_domain(patches, what="these images")
+    mean, scale = target_moments(patches, kind)
+    return (patches - mean) / scale

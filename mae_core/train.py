@@ -30,7 +30,7 @@ from torch import nn
 
 from .config import Config
 from .corruptions import corrupt
-from .data import load_dataset
+from .data import count_split_duplicates, load_dataset
 from .masking import sample_visible
 from .models import build_model
 from .objectives import masked_mse, reconstruction_mse
@@ -73,21 +73,28 @@ class PatchData:
     test_labels: torch.Tensor
     image_shape: tuple[int, int, int]
     patch_size: int
+    # test images byte-equal to a training image, among the images used (logged every trial)
+    train_test_duplicates: int = 0
 
 
 def prepare_data(config: Config) -> PatchData:
     """Load, limit and patchify the dataset; refuse ``target=norm`` outside ``D_norm``."""
     dataset = load_dataset(config.dataset, seed=config.seed)
     p = config.resolved_patch_size
-    train = patchify(dataset.train_images[: config.train_limit], p)
-    test = patchify(dataset.test_images[: config.test_limit], p)
+    train_images = dataset.train_images[: config.train_limit]
+    test_images = dataset.test_images[: config.test_limit]
+    duplicates = dataset.train_test_duplicates
+    if duplicates and (config.train_limit is not None or config.test_limit is not None):
+        duplicates = count_split_duplicates(train_images, test_images)  # among the images kept
+    train = patchify(train_images, p)
+    test = patchify(test_images, p)
     if config.target == "norm":
         require_norm_domain(train, what=f"the training set of dataset={config.dataset}")
         require_norm_domain(test, what=f"the test set of dataset={config.dataset}")
     return PatchData(
         train_patches=train, train_labels=dataset.train_labels[: config.train_limit],
         test_patches=test, test_labels=dataset.test_labels[: config.test_limit],
-        image_shape=dataset.image_shape, patch_size=p,
+        image_shape=dataset.image_shape, patch_size=p, train_test_duplicates=duplicates,
     )
 
 

@@ -6,19 +6,29 @@ import numpy as np
 import pytest
 import torch
 
+import evaluation.probes as probes
+from evaluation.metrics import METRICS
 from evaluation.probes import (
+    choose_finetune_steps,
+    extract_features,
     fewshot_accuracy,
     fewshot_indices,
     finetune_accuracy,
     knn_accuracy,
     linear_probe_accuracy,
+    pixel_features,
     probe_metrics,
     random_init_model,
+    validation_split,
 )
-from mae_core import Config, build_model, prepare_data
+from mae_core import Config, ConfigError, build_model, prepare_data
+from mae_core.data import count_split_duplicates
 
 FROZEN_KEYS = {"probe_linear_acc", "probe_fewshot_acc", "probe_knn_acc", "random_probe_linear_acc",
-               "random_probe_fewshot_acc", "random_probe_knn_acc"}
+               "random_probe_fewshot_acc", "random_probe_knn_acc", "pixel_probe_linear_acc",
+               "pixel_probe_fewshot_acc", "pixel_probe_knn_acc"}
+CHOSEN_KEYS = {f"{prefix}{what}" for prefix in ("probe_", "random_probe_", "pixel_probe_")
+               for what in ("linear_c", "fewshot_c", "knn_k")}
 
 
 def _blobs(n: int, separation: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -110,7 +120,7 @@ def test_random_reference_is_the_seeded_initial_model(tiny):
 def test_finetune_adds_accuracy_and_leaves_the_model_alone(tiny):
     model, config, data = tiny
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    metrics = probe_metrics(model, config, data, finetune_steps=20, finetune_blocks=1)
+    metrics = probe_metrics(model, config, data, finetune_steps=20, finetune_blocks=1, scratch_max_steps=20)
     for key in ("finetune_acc", "random_finetune_acc", "partial_finetune_acc"):
         assert 0.0 <= metrics[key] <= 1.0
     assert "partial_finetune_blocks" not in metrics, "n is the eval.finetune_blocks param, not a metric"
@@ -154,3 +164,133 @@ def test_fewshot_finetune_sees_only_its_labelled_examples(tiny):
     assert finetune_accuracy(model, data, 5, seed=3, shots=2) == finetune_accuracy(model, only_those, 5, seed=3)
     metrics = probe_metrics(model, config, data, finetune_steps=5, finetune_shots=2)
     assert "finetune_shots" not in metrics, "n is the eval.finetune_shots param, not a metric"
+
+
+# ----------------------------------------------------- validation split, choices, baselines
+
+
+def test_validation_split_is_stratified_seeded_and_disjoint(tiny):
+    _, config, data = tiny
+    labels = data.train_labels.numpy()
+    split = validation_split(labels, 0.2, seed=0)
+    assert not set(split.fit) & set(split.val)
+    assert sorted([*split.fit, *split.val]) == list(range(len(labels)))
+    assert abs(len(split.val) - 0.2 * len(labels)) <= len(np.unique(labels))
+    assert set(labels[split.val]) == set(labels)  # every class is represented
+    again = validation_split(labels, 0.2, seed=0)
+    assert np.array_equal(split.val, again.val)
+    assert not np.array_equal(split.val, validation_split(labels, 0.2, seed=1).val)
+    # no validation image is a test image (the validation split lies inside the training split)
+    assert count_split_duplicates(data.train_patches[split.val], data.test_patches) == 0
+    choice = split.choice_data(data)
+    assert torch.equal(choice.test_patches, data.train_patches[torch.from_numpy(split.val)])
+    assert torch.equal(choice.train_patches, data.train_patches[torch.from_numpy(split.fit)])
+    with pytest.raises(ValueError, match="val_fraction"):
+        validation_split(labels[:1], 0.2, seed=0)
+
+
+def test_eval_grid_keys_are_typed_and_validated():
+    config = Config(**{"eval.linear_cs": "10, 0.1,1", "eval.knn_ks": 3, "eval.finetune_steps": 10})
+    assert config.eval.linear_cs == (0.1, 1.0, 10.0) and config.eval.knn_ks == (3,)
+    assert config.eval.scratch_candidates == tuple(range(5, 41, 5))  # every 5 updates up to 4 x 10
+    resolved = config.resolved()
+    assert resolved["eval.val_fraction"] == 0.2 and resolved["eval.linear_cs"] == (0.1, 1.0, 10.0)
+    with_cap = Config(**{"eval.finetune_steps": 10, "eval.scratch_max_steps": 12, "eval.scratch_eval_every": 5})
+    assert with_cap.eval.scratch_candidates == (5, 10, 12)
+    for bad in ({"eval.linear_cs": "0,1"}, {"eval.knn_ks": ""}, {"eval.val_fraction": 0},
+                {"eval.scratch_max_steps": 40}):  # the last: no fine-tuning to compare with
+        with pytest.raises(ConfigError, match="eval"):
+            Config(**bad)
+
+
+@pytest.fixture(scope="module")
+def recorded(tiny):
+    """probe_metrics with fine-tuning, every choice function wrapped to record what it saw."""
+    model, config, data = tiny
+    calls: dict[str, list] = {"linear": [], "fewshot": [], "knn": [], "steps": []}
+
+    def wrap(name, original, record):
+        def wrapped(*args, **kwargs):
+            calls[name].append(record(*args))
+            return original(*args, **kwargs)
+        return wrapped
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, attribute in (("linear", "choose_linear_c"), ("fewshot", "choose_fewshot_c"),
+                                ("knn", "choose_knn_k")):
+            patch.setattr(probes, attribute, wrap(name, getattr(probes, attribute),
+                                                  lambda fit_x, fit_y, val_x, val_y, *rest: (fit_x, val_x)))
+        patch.setattr(probes, "choose_finetune_steps",
+                      wrap("steps", choose_finetune_steps, lambda model, choice, *rest: choice))
+        metrics = probe_metrics(model, config, data, finetune_steps=6)
+    return metrics, calls
+
+
+def test_choices_never_see_the_test_split(tiny, recorded):
+    model, config, data = tiny
+    metrics, calls = recorded
+    split = validation_split(data.train_labels.numpy(), config.eval.val_fraction, config.seed)
+    features = [extract_features(model, data.train_patches),
+                extract_features(random_init_model(config), data.train_patches),
+                pixel_features(data.train_patches)]
+    test_pixels = {row.tobytes() for row in pixel_features(data.test_patches)}
+    for name in ("linear", "fewshot", "knn"):
+        assert len(calls[name]) == 3  # pretrained, random init, raw pixels
+        for (fit_x, val_x), train_x in zip(calls[name], features):
+            assert np.array_equal(fit_x, train_x[split.fit]) and np.array_equal(val_x, train_x[split.val])
+        pixels_fit, pixels_val = calls[name][2]
+        assert not test_pixels & {row.tobytes() for row in np.concatenate([pixels_fit, pixels_val])}
+    (choice,) = calls["steps"]
+    assert torch.equal(choice.train_patches, data.train_patches[torch.from_numpy(split.fit)])
+    assert torch.equal(choice.test_patches, data.train_patches[torch.from_numpy(split.val)])
+    assert metrics["probe_val_size"] == len(split.val)
+
+
+def test_pixel_probes_are_the_probes_on_flattened_patches(tiny, recorded):
+    _, config, data = tiny
+    metrics, _ = recorded
+    assert FROZEN_KEYS | CHOSEN_KEYS <= set(metrics)
+    train_x, test_x = pixel_features(data.train_patches), pixel_features(data.test_patches)
+    assert train_x.shape == (200, 16 * 4)
+    train_y, test_y = data.train_labels.numpy(), data.test_labels.numpy()
+    assert metrics["pixel_probe_linear_acc"] == linear_probe_accuracy(
+        train_x, train_y, test_x, test_y, C=metrics["pixel_probe_linear_c"])
+    assert metrics["pixel_probe_knn_acc"] == knn_accuracy(train_x, train_y, test_x, test_y,
+                                                          int(metrics["pixel_probe_knn_k"]))
+    assert metrics["pixel_probe_linear_c"] in config.eval.linear_cs
+    assert metrics["pixel_probe_knn_acc"] > 0.8  # digits' raw pixels are a strong baseline
+
+
+def test_scratch_baseline_chooses_its_length_on_validation(tiny, recorded):
+    _, config, data = tiny
+    metrics, _ = recorded
+    for key in ("finetune_acc", "random_finetune_acc", "scratch_best_finetune_acc"):
+        assert 0.0 <= metrics[key] <= 1.0
+    settings = Config(**{**TINY, "eval.finetune_steps": 6}).eval
+    steps = metrics["scratch_best_finetune_steps"]
+    assert steps in settings.scratch_candidates == (3, 6, 9, 12, 15, 18, 21, 24)
+    fresh = random_init_model(config)
+    refit = finetune_accuracy(fresh, data, int(steps), seed=config.seed, num_classes=10)
+    assert metrics["scratch_best_finetune_acc"] == pytest.approx(refit)
+    if steps == 6:
+        assert metrics["scratch_best_finetune_acc"] == metrics["random_finetune_acc"]
+
+
+def test_chunked_scratch_training_is_one_run(tiny):
+    """The validation score at n updates is that of a model trained for exactly n updates."""
+    _, config, data = tiny
+    fresh = random_init_model(config)
+    choice = validation_split(data.train_labels.numpy(), 0.2, seed=0).choice_data(data)
+    steps, accuracy = choose_finetune_steps(fresh, choice, (2, 4), seed=0, num_classes=10)
+    assert steps in (2, 4)
+    assert accuracy == finetune_accuracy(fresh, choice, steps, seed=0, num_classes=10)
+
+
+def test_new_metrics_are_in_the_table():
+    for name in (*FROZEN_KEYS, *CHOSEN_KEYS, "scratch_best_finetune_acc", "scratch_best_finetune_steps",
+                 "probe_val_size", "data_train_test_duplicates", "test_allvisible_rec_risk"):
+        assert name in METRICS, name
+    assert METRICS["probe_linear_acc"].reference == "random_probe_linear_acc"
+    assert METRICS["probe_linear_acc"].baselines == ("pixel_probe_linear_acc",)
+    assert METRICS["finetune_acc"].baselines == ("scratch_best_finetune_acc",)
+    assert METRICS["test_allvisible_rec_risk"].kind != "risk"

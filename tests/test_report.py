@@ -31,9 +31,12 @@ def _metrics(ratio: float, seed: int) -> dict[str, float]:
     risk = 0.02 + 0.04 * ratio + 0.001 * seed
     return {
         "test_mae_risk": risk, "test_mae_risk_stderr": 0.001, "test_baseline_risk": 0.12,
-        "test_rec_risk": risk / 2, "probe_linear_acc": 0.95 - 2 * risk, "probe_fewshot_acc": 0.6 + 0.01 * seed,
+        # an MAE's all-visible error: made to track the probe, so a correlation would show up
+        "test_allvisible_rec_risk": risk / 2, "probe_linear_acc": 0.95 - 2 * risk, "probe_fewshot_acc": 0.6 + 0.01 * seed,
         "probe_knn_acc": 0.7 - ratio / 10, "random_probe_linear_acc": 0.88,
-        "random_probe_fewshot_acc": 0.55, "random_probe_knn_acc": 0.6, "train_seconds": 3.0 + seed,
+        "random_probe_fewshot_acc": 0.55, "random_probe_knn_acc": 0.6, "pixel_probe_linear_acc": 0.96,
+        "pixel_probe_fewshot_acc": 0.85, "pixel_probe_knn_acc": 0.98, "data_train_test_duplicates": 0.0,
+        "train_seconds": 3.0 + seed,
     }  # effective_mask_ratio is a param (Config.resolved()), as a trial logs it
 
 
@@ -181,6 +184,23 @@ def test_summary_marks_the_failed_cell(report):
     assert "FAILED ×1" in markdown and REASON in markdown and " ± " in markdown
     latex = (out / "summary.tex").read_text(encoding="utf-8")
     assert r"\toprule" in latex and r"\bottomrule" in latex and r"$\pm$" in latex and r"mask\_ratio" in latex
+
+
+def test_the_all_visible_error_is_a_column_but_never_a_risk(report, frame):
+    out = report.parent
+    summary = pd.read_csv(out / "summary.csv")
+    for column in ("test_allvisible_rec_risk", "pixel_probe_linear_acc", "data_train_test_duplicates"):
+        assert f"{column}_mean" in summary, column
+    assert "test_rec_risk_mean" not in summary  # the MAE has no R_rec of its own
+    correlations = pd.read_csv(out / "correlations.csv")
+    assert set(correlations["risk"]) == {"test_mae_risk"}
+    assert not set(correlations["downstream"]) & {"pixel_probe_linear_acc", "pixel_probe_knn_acc"}
+    assert frame["scratch_best_finetune_acc"].isna().all()  # a final metric, NaN until logged
+    fig = figures.metric_vs_axis(frame, "mask_ratio", ["test_allvisible_rec_risk"])
+    try:
+        assert "outside V_k" in fig.axes[0].get_ylabel()
+    finally:
+        figures.close(fig)
 
 
 def test_index_is_self_contained(report):

@@ -55,12 +55,35 @@ def test_norm_eps_is_he_et_al_formula_and_finite_on_constant_patches():
     x = _patches()
     x[0, 0] = 0.5
     t = apply_target(x, "norm_eps")
+    q = x.shape[-1]
     mean = x.mean(dim=-1, keepdim=True)
-    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).sum(dim=-1, keepdim=True) / (q - 1)  # unbiased, torch's default
     assert NORM_EPS == 1e-6
     assert torch.allclose(t, (x - mean) / torch.sqrt(var + 1e-6), atol=1e-12)
     assert bool(torch.isfinite(t).all())
     assert torch.equal(t[0, 0], torch.zeros(4, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_norm_eps_equals_he_et_al_reference_code(dtype):
+    """models_mae.py, forward_loss (norm_pix_loss=True), on the same patches."""
+    target = _patches(seed=5, dtype=dtype)
+    mean = target.mean(dim=-1, keepdim=True)
+    var = target.var(dim=-1, keepdim=True)
+    expected = (target - mean) / (var + 1.e-6)**.5
+    assert torch.allclose(apply_target(target, "norm_eps"), expected, rtol=1e-6, atol=1e-6)
+    # ... and it is not the spec's strict T_norm (population std): the ratio is sqrt(q/(q-1))
+    q = target.shape[-1]
+    strict = apply_target(target, "norm")
+    assert not torch.allclose(apply_target(target, "norm_eps"), strict, atol=1e-3)
+    assert torch.allclose(strict * ((q - 1) / q) ** 0.5, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_normalised_targets_need_two_values_per_patch():
+    with pytest.raises(ValueError, match="q=1"):
+        apply_target(torch.rand(2, 3, 1), "norm_eps")
+    with pytest.raises(ValueError, match="patch_size"):
+        tiny_config(patch_size=1, target="norm_eps")
 
 
 def test_unknown_target_is_an_error():

@@ -6,7 +6,8 @@ import pytest
 from conftest import tiny_config
 from mlflow.tracking import MlflowClient
 
-from mae_core import prepare_data
+from evaluation import evaluate_trial
+from mae_core import build_model, prepare_data
 from studies.trial import run_trial
 
 
@@ -69,3 +70,52 @@ def test_a_trial_run_carries_the_standard_source_tags_and_logs_each_value_once(t
     assert float(params["effective_mask_ratio"]) == config.effective_mask_ratio
     assert (params["eval.finetune_shots"], params["eval.finetune_blocks"]) == ("2", "1")
     assert "partial_finetune_acc" in metrics and "test_mae_risk" in metrics
+
+
+def test_a_trial_logs_its_baselines_and_trust_metrics(tmp_path):
+    """Pixel probes, both from-scratch fine-tuning baselines, the duplicate count and the MAE's
+    all-visible error (never as test_rec_risk) reach the MLflow run; eval.* settings as params."""
+    config = tiny_config(steps=3, **{"eval.finetune_steps": 2, "eval.fewshot": 2, "eval.fewshot_draws": 2})
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    outcome = run_trial(config, prepare_data(config), tracking_uri=uri)
+    run = MlflowClient(uri).get_run(outcome.run_id)
+    metrics, params = run.data.metrics, run.data.params
+    for name in ("pixel_probe_linear_acc", "pixel_probe_fewshot_acc", "pixel_probe_knn_acc",
+                 "random_probe_linear_acc", "probe_linear_acc", "finetune_acc", "random_finetune_acc",
+                 "scratch_best_finetune_acc"):
+        assert 0.0 <= metrics[name] <= 1.0, name
+    assert metrics["scratch_best_finetune_steps"] in (1, 2, 3, 4, 5, 6, 7, 8)
+    assert metrics["data_train_test_duplicates"] == 0.0
+    assert metrics["probe_val_size"] > 0
+    assert "test_allvisible_rec_risk" in metrics and "test_rec_risk" not in metrics
+    assert "test_mae_risk" in metrics
+    assert params["eval.val_fraction"] == "0.2" and params["eval.scratch_max_steps"] == "None"
+    assert params["eval.linear_cs"] == "(0.01, 0.1, 1.0, 10.0, 100.0)"
+
+
+def test_the_ae_logs_its_reconstruction_risk():
+    config = tiny_config(objective="ae")
+    data = prepare_data(config)
+    metrics = evaluate_trial(build_model(config), config, data, probes=False)
+    assert "test_rec_risk" in metrics and "test_allvisible_rec_risk" not in metrics
+    assert metrics["data_train_test_duplicates"] == 0.0
+
+
+def test_planted_duplicates_reach_the_trial_metrics(tmp_path):
+    import warnings
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (12, 8, 8), dtype=np.uint8)
+    test_images = np.concatenate([images[[2, 5, 5]], rng.integers(0, 256, (3, 8, 8), dtype=np.uint8)])
+    np.savez(tmp_path / "d.npz", images=images, labels=np.arange(12) % 2, test_images=test_images,
+             test_labels=np.zeros(6, np.int64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the DuplicateSplitWarning itself is test_data's business
+        config = tiny_config(dataset=f"npz:{tmp_path / 'd.npz'}", train_limit=None, test_limit=None)
+        data = prepare_data(config)
+        assert data.train_test_duplicates == 3
+        assert prepare_data(config.with_updates(test_limit=2)).train_test_duplicates == 2  # the images kept
+    metrics = evaluate_trial(build_model(config), config, data, probes=False)
+    assert metrics["data_train_test_duplicates"] == 3.0

@@ -13,7 +13,7 @@ name: depth_x_ratio
 base: {dataset: digits}
 axes: {decoder_depth: [1, 2], mask_ratio: [0.5, 0.75]}
 seeds: [0]
-eval: {knn_k: 5}
+eval: {knn_ks: [5]}
 """
 
 
@@ -28,4 +28,4 @@ def test_a_two_axis_study_file_runs_in_smoke_mode(tmp_path):
     assert len(children) == 4 and set(children["status"]) == {"FINISHED"}
     cells = set(zip(children["params.decoder_depth"], children["params.mask_ratio"]))
     assert cells == {("1", "0.5"), ("1", "0.75"), ("2", "0.5"), ("2", "0.75")}
-    assert set(children["params.eval.knn_k"]) == {"5"}
+    assert set(children["params.eval.knn_ks"]) == {"(5,)"}
