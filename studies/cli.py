@@ -339,7 +339,10 @@ def defaults_yaml(keys: list[ConfigKey] | None = None) -> str:
 
 def _yaml_entry(name: str, key: ConfigKey) -> list[str]:
     """``# meaning [allowed]`` then ``name: default`` (yaml writes the value, so it reads back exactly)."""
-    value = yaml.safe_dump({name: key.default}, allow_unicode=True).strip()
+    if isinstance(key.default, (tuple, list)):  # one flow-style line (``[0.01, 0.1]``) in the eval: block
+        value = f"{name}: {yaml.safe_dump(list(key.default), default_flow_style=True).strip()}"
+    else:
+        value = yaml.safe_dump({name: key.default}, allow_unicode=True).strip()
     return [f"# {key.description} [{key.allowed}]", value]
 
 
