@@ -103,9 +103,9 @@ def _train(args: argparse.Namespace) -> tuple[int, dict[str, float] | None]:
     """Train and evaluate one config: (exit status, final metrics or None if interrupted)."""
     from mae_core.train import NonFiniteError, prepare_data
 
-    from .study import SMOKE
+    from .study import SMOKE, SMOKE_EVAL
 
-    config = resolve_config(args.config, args.overrides, smoke=SMOKE if args.smoke else None)
+    config = resolve_config(args.config, args.overrides, smoke={**SMOKE_EVAL, **SMOKE} if args.smoke else None)
     data = prepare_data(config)  # data errors and D_norm refusals happen before any run exists
     out = writable_folder(Path(args.out), "--out")
     tracking_uri = args.tracking_uri or _default_uri(out)

@@ -29,6 +29,10 @@ STUDY_DEFAULTS = {"risk_exact_budget": 500, "risk_mc_masks": 64}
 # Applied on top of a study in --smoke mode: seconds on two cores, every code path exercised.
 SMOKE = {"steps": 30, "train_limit": 256, "test_limit": 48, "log_every": 10,
          "checkpoint_every": 10, "risk_exact_budget": 200, "risk_mc_masks": 4}
+# Smoke evaluation: one candidate per probe choice and one few-shot draw (the choice code still
+# runs on the validation split, without the grid's dozens of logistic-regression fits); a
+# study's own eval keys win over these.
+SMOKE_EVAL = {"eval.linear_cs": "1.0", "eval.knn_ks": "5", "eval.fewshot_draws": 1}
 SMOKE_FINETUNE_STEPS = 20  # a study that fine-tunes does so for at most this many steps in smoke mode
 
 
@@ -77,8 +81,8 @@ class Study:
         """Every trial's config keys: base, then overrides, then the axis values and the seed."""
         axes = self.grid_axes(smoke, overrides)
         fixed = {k: v for k, v in (overrides or {}).items() if k not in axes}
-        base = {**STUDY_DEFAULTS, **self.base, **self.eval_keys(smoke), **(SMOKE if smoke else {}),
-                **(self.smoke if smoke else {}), **fixed}
+        base = {**STUDY_DEFAULTS, **(SMOKE_EVAL if smoke else {}), **self.base, **self.eval_keys(smoke),
+                **(SMOKE if smoke else {}), **(self.smoke if smoke else {}), **fixed}
         names = list(axes)
         cells = []
         for values in itertools.product(*(axes[name] for name in names)):
@@ -93,6 +97,8 @@ class Study:
         steps = keys.get(f"{EVAL_PREFIX}.finetune_steps")
         if smoke and steps:
             keys[f"{EVAL_PREFIX}.finetune_steps"] = min(int(steps), SMOKE_FINETUNE_STEPS)
+            # the from-scratch baseline's own budget: up to twice the smoke fine-tuning
+            keys.setdefault(f"{EVAL_PREFIX}.scratch_max_steps", 2 * SMOKE_FINETUNE_STEPS)
         return keys
 
     def configs(self, **kwargs: Any) -> list[Config]:

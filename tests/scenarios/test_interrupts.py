@@ -27,7 +27,8 @@ pytestmark = pytest.mark.slow
 ENV = dict(os.environ)  # conftest sets the Ray and MLflow variables
 STUDY = ["run", "mask_ratio", "--smoke", "seeds=0", "steps=60"]  # 2 cells
 TRAIN = ["train", "train_limit=256", "test_limit=48", "steps=300", "log_every=10",
-         "checkpoint_every=150", "encoder_depth=2"]
+         "checkpoint_every=150", "encoder_depth=2", "eval.linear_cs=1", "eval.knn_ks=5",
+         "eval.fewshot_draws=1"]
 
 
 def start(args: list[str], cwd: Path) -> subprocess.Popen:
