@@ -95,11 +95,12 @@ def our_step(config: Config, images: torch.Tensor, compiled: bool = False) -> Ca
     return step
 
 
-def peer_step(config: Config, images: torch.Tensor) -> Callable[[], None]:
+def peer_model(config: Config, images: torch.Tensor):
+    """``transformers``' ViTMAEForPreTraining with our config's sizes (the same model)."""
     from transformers import ViTMAEConfig, ViTMAEForPreTraining
 
     torch.manual_seed(0)
-    peer = ViTMAEForPreTraining(ViTMAEConfig(
+    return ViTMAEForPreTraining(ViTMAEConfig(
         image_size=images.shape[-1], patch_size=config.resolved_patch_size, num_channels=images.shape[1],
         hidden_size=config.encoder_width, num_hidden_layers=config.encoder_depth,
         num_attention_heads=config.encoder_heads, intermediate_size=int(config.encoder_width * config.mlp_ratio),
@@ -109,6 +110,10 @@ def peer_step(config: Config, images: torch.Tensor) -> Callable[[], None]:
         mask_ratio=config.mask_ratio, norm_pix_loss=config.target != "raw",
         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, attn_implementation="sdpa",
     ))
+
+
+def peer_step(config: Config, images: torch.Tensor) -> Callable[[], None]:
+    peer = peer_model(config, images)
     optimizer = torch.optim.AdamW(peer.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)
 
     def step() -> None:

@@ -122,19 +122,9 @@ def our_step(config: Config, images: torch.Tensor, device: torch.device, compile
 
 
 def peer_step(config: Config, images: torch.Tensor, device: torch.device, compiled: bool) -> Callable[[], None]:
-    from transformers import ViTMAEConfig, ViTMAEForPreTraining
+    from .bench import peer_model
 
-    torch.manual_seed(0)
-    peer = ViTMAEForPreTraining(ViTMAEConfig(
-        image_size=images.shape[-1], patch_size=config.resolved_patch_size, num_channels=images.shape[1],
-        hidden_size=config.encoder_width, num_hidden_layers=config.encoder_depth,
-        num_attention_heads=config.encoder_heads, intermediate_size=int(config.encoder_width * config.mlp_ratio),
-        decoder_hidden_size=config.decoder_width, decoder_num_hidden_layers=config.decoder_depth,
-        decoder_num_attention_heads=config.decoder_heads,
-        decoder_intermediate_size=int(config.decoder_width * config.mlp_ratio),
-        mask_ratio=config.mask_ratio, norm_pix_loss=config.target != "raw",
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, attn_implementation="sdpa",
-    )).to(device)
+    peer = peer_model(config, images).to(device)
     optimizer = torch.optim.AdamW(peer.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)
     forward = torch.compile(peer) if compiled else peer
     pixels = images.to(device)

@@ -354,6 +354,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not Path("benchmarks", "bench.py").is_file():  # ``python -m`` finds it in the working directory
         raise UsageError("bench: the benchmarks live in the source checkout (benchmarks/); "
                          "run `mae-study bench` from its root")
+    if args.device == "cuda":  # the GPU measurements: benchmarks/bench_cuda.py
+        flags = ["--device", "cuda", *(["--out", args.out] if args.out else [])]
+        return subprocess.call([sys.executable, "-m", "benchmarks.bench_cuda", *flags])
     flags = [*(["--quick"] if args.quick else []), *(["--json"] if args.json else []),
              *(["--out", args.out] if args.out else [])]
     return subprocess.call([sys.executable, "-m", "benchmarks.bench", *flags])
@@ -446,6 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="fewer rounds and images")
     bench.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     bench.add_argument("--out", help="results folder (default: benchmarks/results under the working directory)")
+    bench.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                       help="cuda: the GPU measurements (ViT-B/16 against transformers, digits run, exact risk)")
     bench.set_defaults(handler=cmd_bench)
 
     new_study = commands.add_parser("new-study", help="write a commented study file NAME.yaml")
