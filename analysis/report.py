@@ -6,7 +6,7 @@ binomial standard error); failed cells stay in every table, marked with their re
 
 What a report claims comes from ``analysis.stats`` alone: every row against the study's
 reference row (the parent run's ``reference`` tag; without one, the documented default of
-:func:`studies.study.default_reference`), paired by seed, in the words "supported",
+:func:`mae_core.grid.default_reference`), paired by seed, in the words "supported",
 "contradicted" or "not resolved at n=…"; and rank correlations only among trials whose risk is
 the same quantity. A smoke run (parent tag ``smoke`` = "True") claims no correlation and says
 so in its title.
@@ -47,7 +47,7 @@ from .frame import (
     load_study_info,
 )
 from evaluation.metrics import METRICS, RISK_MEANING_AXES
-from studies.study import default_reference
+from mae_core.grid import default_reference
 
 from .stats import (
     CORRELATION_COLUMNS,
@@ -201,7 +201,7 @@ def _typed_cell(cell: dict) -> dict:
 
 def study_reference(info: dict, frame: pd.DataFrame, axes: Sequence[str]) -> tuple[dict, bool]:
     """(the reference cell, whether the study named it): the parent's ``reference`` tag when it
-    names every axis, else :func:`studies.study.default_reference` of the grid (the parent's
+    names every axis, else :func:`mae_core.grid.default_reference` of the grid (the parent's
     ``grid`` tag, or the axis values in the frame)."""
     tagged = info.get("reference")
     if isinstance(tagged, dict) and set(tagged) == set(axes):

@@ -22,3 +22,22 @@ def writable_folder(path: Path | str) -> Path:
     except OSError as error:
         raise FolderNotWritable(f"{folder}: cannot be written ({error.strerror or error})") from None
     return folder.resolve()
+
+
+def read_yaml_mapping(path: Path, label: str, expected: str) -> dict:
+    """The mapping in the YAML file ``path`` (an empty file is ``{}``); a missing file, bad YAML
+    or another shape is a :class:`UserError` of one line that starts with ``label``."""
+    import yaml
+
+    if not path.is_file():
+        raise UserError(f"{label}: no such file")
+    try:
+        content = yaml.safe_load(path.read_text())  # the safe loader: no code runs from a file
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        raise UserError(f"{label}: not valid YAML{f' (line {mark.line + 1})' if mark else ''}") from None
+    if content is None:
+        return {}
+    if not isinstance(content, dict):
+        raise UserError(f"{label}: expected {expected}, got {type(content).__name__}")
+    return content

@@ -46,24 +46,10 @@ def _fail(message: str, status: int = BAD_INPUT) -> NoReturn:
 
 
 def load_config_file(path: str | None) -> dict[str, Any]:
-    """A YAML mapping of config keys (safe loader: no code runs from a config file)."""
+    """A YAML mapping of config keys."""
     if path is None:
         return {}
-    file = Path(path)
-    if not file.is_file():
-        raise UsageError(f"--config {path}: no such file")
-    try:
-        keys = yaml.safe_load(file.read_text())
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        raise UsageError(f"--config {path}: not valid YAML{where}") from None
-    if keys is None:
-        return {}
-    if not isinstance(keys, dict):
-        raise UsageError(f"--config {path}: expected a mapping of key: value, got {type(keys).__name__}")
-    return keys
-
+    return files.read_yaml_mapping(Path(path), f"--config {path}", "a mapping of key: value")
 
 def resolve_config(config_file: str | None, overrides: list[str], base: dict[str, Any] | None = None,
                    smoke: dict[str, Any] | None = None) -> Config:

@@ -18,9 +18,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
-
-from mae_core.config import EVAL_PREFIX, Config, EvalConfig, parse_value
+from mae_core.config import EVAL_PREFIX, Config, parse_value
+from mae_core.grid import default_reference, find_cell, typed_value
 
 # Every study's trials: exact masked risk where |V_k| is at most 500, Monte Carlo with 64 masks
 # per test image (and its standard error) above, so evaluation stays a few seconds per trial.
@@ -65,7 +64,7 @@ class Study:
         axes = self.grid_axes(smoke, overrides)
         named = find_cell(self.reference, axes) if self.reference is not None else None
         cell = named if named is not None else default_reference(axes)
-        return {key: _typed(key, value) for key, value in cell.items()}
+        return {key: typed_value(key, value) for key, value in cell.items()}
 
     def grid_axes(self, smoke: bool = False, overrides: dict[str, Any] | None = None) -> dict[str, list[Any]]:
         """The axes of the grid. An override of an axis key (``mask_ratio=0.5,0.75``) replaces its
@@ -116,51 +115,6 @@ class Study:
 def is_axis_override(value: Any) -> bool:
     """``key=v1,v2`` on the command line: several values make the key an axis."""
     return isinstance(value, str) and "," in value
-
-
-def _typed(key: str, value: Any) -> Any:
-    """``value`` as the config field ``key`` holds it ("0.75" -> 0.75, "True" -> True);
-    unchanged where the key is not a config field or the value does not validate."""
-    name = key.removeprefix(f"{EVAL_PREFIX}.")
-    fields = EvalConfig.model_fields if key.startswith(f"{EVAL_PREFIX}.") else Config.model_fields
-    if name not in fields:
-        return value
-    try:
-        return TypeAdapter(fields[name].annotation).validate_python(value)
-    except ValidationError:
-        return value
-
-
-def _config_defaults() -> dict[str, Any]:
-    """Every config key's declared default (``eval.*`` keys flattened), unresolved."""
-    config = Config()
-    values = config.model_dump(exclude={EVAL_PREFIX})
-    values.update({f"{EVAL_PREFIX}.{k}": v for k, v in config.eval.model_dump().items()})
-    return values
-
-
-def find_cell(cell: dict[str, Any], axes: dict[str, list[Any]]) -> dict[str, Any] | None:
-    """The grid cell of ``axes`` (its values as ``axes`` spells them) equal to ``cell`` on
-    every axis, compared as typed config values; None if ``cell`` is not one of its cells."""
-    if set(cell) != set(axes):
-        return None
-    found = {}
-    for key, values in axes.items():
-        match = [v for v in values if _typed(key, v) == _typed(key, cell[key])]
-        if not match:
-            return None
-        found[key] = match[0]
-    return found
-
-
-def default_reference(axes: dict[str, list[Any]]) -> dict[str, Any]:
-    """The documented default reference cell of a grid: the cell whose every axis value equals
-    the Config default of that key, else the first cell (each axis's first value). ``seed``, a
-    replicate rather than an axis, is left out."""
-    axes = {k: v for k, v in axes.items() if k != "seed"}
-    defaults = _config_defaults()
-    at_defaults = find_cell({k: defaults.get(k, object()) for k in axes}, axes) if axes else {}
-    return at_defaults if at_defaults is not None else {k: v[0] for k, v in axes.items()}
 
 
 def cell_id(keys: dict[str, Any]) -> str:

@@ -21,11 +21,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mae_core.config import ConfigError
 from mae_core.errors import UserError
+from mae_core.files import read_yaml_mapping
 
 from .study import Study
 
@@ -69,15 +69,9 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise StudyFileError(f"{path}: no such study file")
     try:
-        content = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        raise StudyFileError(f"{path}: not valid YAML{f' (line {mark.line + 1})' if mark else ''}") from None
-    if not isinstance(content, dict):
-        raise StudyFileError(f"{path}: expected a mapping of study keys (name, axes, ...), "
-                             f"got {type(content).__name__}")
-    return content
-
+        return read_yaml_mapping(path, str(path), "a mapping of study keys (name, axes, ...)")
+    except UserError as error:
+        raise StudyFileError(str(error)) from None
 
 def load_study_file(path: str | Path) -> Study:
     """Read, validate and build the study in ``path`` (every cell checked as a Config)."""
