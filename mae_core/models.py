@@ -33,12 +33,14 @@ def sincos_1d(width: int, positions: torch.Tensor) -> torch.Tensor:
 
 
 def sincos_2d(width: int, grid: tuple[int, int]) -> torch.Tensor:
-    """2-D sine-cosine positions of a row-major grid ``-> [M, width]``; half the width codes the row,
-    half the column (He et al.'s ``get_2d_sincos_pos_embed``)."""
+    """2-D sine-cosine positions of a row-major grid ``-> [M, width]``: the first half of the width
+    codes the column, the second the row, in that order as He et al.'s ``get_2d_sincos_pos_embed``
+    (its ``meshgrid(grid_w, grid_h)`` puts the column first), so weights trained by their code or
+    by ``transformers``' ViTMAE see the positions they were trained with."""
     rows, cols = grid
     r = torch.arange(rows).repeat_interleave(cols)
     c = torch.arange(cols).repeat(rows)
-    return torch.cat([sincos_1d(width // 2, r), sincos_1d(width // 2, c)], dim=1)
+    return torch.cat([sincos_1d(width // 2, c), sincos_1d(width // 2, r)], dim=1)
 
 
 class Positions(nn.Module):
@@ -76,15 +78,19 @@ class Attention(nn.Module):
         return self.proj(out.transpose(1, 2).reshape(batch, length, width))
 
 
+# He et al. build every block with ``partial(nn.LayerNorm, eps=1e-6)`` (torch's default is 1e-5).
+LAYER_NORM_EPS = 1e-6
+
+
 class Block(nn.Module):
     """Pre-norm transformer block (ViT)."""
 
     def __init__(self, width: int, heads: int, mlp_ratio: float):
         super().__init__()
         hidden = int(width * mlp_ratio)
-        self.norm1 = nn.LayerNorm(width)
+        self.norm1 = nn.LayerNorm(width, eps=LAYER_NORM_EPS)
         self.attn = Attention(width, heads)
-        self.norm2 = nn.LayerNorm(width)
+        self.norm2 = nn.LayerNorm(width, eps=LAYER_NORM_EPS)
         self.mlp = nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -98,7 +104,7 @@ class Transformer(nn.Module):
     def __init__(self, width: int, depth: int, heads: int, mlp_ratio: float):
         super().__init__()
         self.blocks = nn.ModuleList(Block(width, heads, mlp_ratio) for _ in range(depth))
-        self.norm = nn.LayerNorm(width)
+        self.norm = nn.LayerNorm(width, eps=LAYER_NORM_EPS)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:

@@ -157,3 +157,23 @@ def test_autoencoder_sees_every_patch():
     everything = torch.arange(config.num_patches).expand(4, -1)
     assert torch.equal(model(patches, everything), model(patches))
     assert model.latent(patches).shape == (4, config.latent_dim)
+
+
+def test_sincos_positions_code_the_column_first_as_he_et_al():
+    # He et al.'s get_2d_sincos_pos_embed: meshgrid(grid_w, grid_h) puts the column index in the
+    # first half of the width, the row in the second; weights trained by their code (or
+    # transformers' ViTMAE) only see the right positions in this order. Grid 3 rows x 4 columns.
+    from mae_core.models import sincos_1d, sincos_2d
+    table = sincos_2d(8, (3, 4))
+    for slot in range(12):
+        row, col = divmod(slot, 4)
+        assert torch.equal(table[slot, :4], sincos_1d(4, torch.tensor([col]))[0])
+        assert torch.equal(table[slot, 4:], sincos_1d(4, torch.tensor([row]))[0])
+
+
+@pytest.mark.parametrize("variant", sorted(ALL_VARIANTS))
+def test_layer_norms_use_he_et_al_eps(variant):
+    from mae_core.models import LAYER_NORM_EPS
+    model, _ = _model(**ALL_VARIANTS[variant])
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert norms and all(m.eps == LAYER_NORM_EPS == 1e-6 for m in norms)
