@@ -11,7 +11,8 @@ reference row (the parent run's ``reference`` tag; without one, the documented d
 the same quantity. A smoke run (parent tag ``smoke`` = "True") claims no correlation and says
 so in its title.
 
-Files written to ``out_dir``: ``findings.md``, ``comparisons.csv``, ``summary.{csv,md,tex}``,
+Files written to ``out_dir``: ``trials.csv`` (a row per trial: every param and final metric, so
+anyone can recompute every number), ``findings.md``, ``comparisons.csv``, ``summary.{csv,md,tex}``,
 ``correlations.{csv,md}``, ``fig_<what>.<fmt>`` for each requested format,
 ``fig_reconstructions_<cell>.png`` when the trials logged reconstruction grids, and
 ``index.html`` (PNGs embedded as data URIs).
@@ -379,6 +380,16 @@ def _html(study: str, info: dict, frame: pd.DataFrame, tracking_uri: str, experi
 # ---------------------------------------------------------------------------------- entry
 
 
+def _write_trials(frame: pd.DataFrame, axes: Sequence[str], out: Path) -> Path:
+    """``trials.csv``: the frame itself, one row per trial (the cell's axes and the seed first,
+    then status, then every other param and metric in name order)."""
+    first = [c for c in [*axes, "seed", "status", "failure_reason", "run_id"] if c in frame]
+    rest = sorted(c for c in frame.columns if c not in first)
+    path = out / "trials.csv"
+    frame[first + rest].to_csv(path, index=False)
+    return path
+
+
 def _write_tables(frame: pd.DataFrame, study: str, by: list[str], out: Path) -> tuple[pd.DataFrame, list[Path]]:
     """``summary.{csv,md,tex}``: the numeric summary (csv) and its ``mean ± sd`` text (md, tex)."""
     metrics = _present(frame, TABLE_METRICS)
@@ -514,13 +525,14 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
     # the effective ratio is a property of the cell: show it beside the nominal one
     by = axes + (["effective_mask_ratio"] if "mask_ratio" in axes and "effective_mask_ratio" in frame else [])
 
+    trials_path = _write_trials(frame, axes, out)
     findings, findings_paths = _write_findings(frame, study, axes, info, out)
     display, table_paths = _write_tables(frame, study, by, out)
     correlations, reading, risks, correlation_paths = _write_correlations(frame, study, axes, out,
                                                                           smoke=info["smoke"])
     figs = _make_figures(frame, axes, tracking_uri, correlations, risks, out, formats)
     recons = _reconstructions(frame, axes, tracking_uri, out)
-    files = [p.name for p in findings_paths + table_paths + correlation_paths]
+    files = [p.name for p in [trials_path] + findings_paths + table_paths + correlation_paths]
     files += [f"fig_{f.name}.{fmt}" for f in figs for fmt in formats] + [f"{f.name}.png" for f in recons]
     index = out / "index.html"
     index.write_text(_html(study, info, frame, tracking_uri, experiment, display, correlations,

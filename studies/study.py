@@ -41,7 +41,7 @@ class Study:
     paper: str  # the paper row or figure it mirrors
     base: dict[str, Any]  # keys that differ from Config's defaults
     axes: dict[str, list[Any]]  # key -> values; full factorial
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     smoke: dict[str, Any] = field(default_factory=dict)  # extra smoke-mode keys for this study
     smoke_axes: dict[str, list[Any]] | None = None  # a smaller grid for --smoke, if needed
     evaluation: dict[str, Any] = field(default_factory=dict)  # eval.* keys (EvalConfig), without the prefix

@@ -47,7 +47,7 @@ class StudyFile(BaseModel):
     doc: str = ""
     base: dict[str, Any] = {}
     axes: dict[str, list[Any]]
-    seeds: list[int] = Field([0, 1, 2], min_length=1)
+    seeds: list[int] = Field([0, 1, 2, 3, 4], min_length=1)
     smoke: dict[str, Any] = {}
     smoke_axes: dict[str, list[Any]] | None = None
     eval: dict[str, Any] = {}

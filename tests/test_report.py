@@ -164,11 +164,19 @@ def test_unwritable_out_dir_names_the_path(store, tmp_path):
 def test_report_writes_every_file(report):
     out = report.parent
     names = {p.name for p in out.iterdir()}
-    expected = {"index.html", "summary.csv", "summary.md", "summary.tex", "correlations.csv", "correlations.md"}
+    expected = {"index.html", "trials.csv", "summary.csv", "summary.md", "summary.tex", "correlations.csv",
+                "correlations.md"}
     for fig in ("probe_and_finetune", "risks", "probes", "risk_vs_probe", "training_curves"):
         expected |= {f"fig_{fig}.{fmt}" for fmt in ("png", "pdf")}
     assert expected <= names
     assert not any(name.startswith("fig_objectives") for name in names)  # only for objective studies
+
+
+def test_trials_csv_is_the_frame_with_the_cell_first(report, frame):
+    trials = pd.read_csv(report.parent / "trials.csv")
+    assert list(trials.columns[:3]) == ["mask_ratio", "seed", "status"]
+    assert len(trials) == len(frame) and set(trials.columns) == set(frame.columns)
+    assert trials["probe_linear_acc"].tolist() == pytest.approx(frame["probe_linear_acc"].tolist(), nan_ok=True)
 
 
 def test_summary_marks_the_failed_cell(report):
