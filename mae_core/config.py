@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
-from .errors import UserError
+from .errors import UserError, first_problem
 
 # torch.compile costs 40-60 s on a cold cache (5 s warm) and saved about 10% of a step on the
 # digits model and more on larger ones (``mae-study bench``: compile_break_even_steps); from
@@ -34,10 +34,9 @@ class ConfigError(UserError):
 
 
 def _one_line(error: ValidationError) -> str:
-    first = error.errors()[0]
-    key = ".".join(str(part) for part in first["loc"]) or "config"
-    message = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
+    key, kind, message, value = first_problem(error)
+    key = key or "config"
+    if kind == "extra_forbidden":
         if key.startswith(f"{EVAL_PREFIX}."):
             allowed = ", ".join(f"{EVAL_PREFIX}.{name}" for name in sorted(EvalConfig.model_fields))
         else:
@@ -45,9 +44,9 @@ def _one_line(error: ValidationError) -> str:
         return f"unknown key {key!r}; known keys: {allowed}"
     if key == EVAL_PREFIX:  # a consistency check of EvalConfig: its message names the keys
         return message
-    if first["type"] == "literal_error" or key == "config":
+    if kind == "literal_error" or key == "config":
         return f"{key}: {message}" if key != "config" else message
-    return f"{key}={first.get('input')!r}: {message}"
+    return f"{key}={value!r}: {message}"
 
 
 EVAL_PREFIX = "eval"  # ``eval.fewshot=4`` on the command line, ``eval: {fewshot: 4}`` in YAML

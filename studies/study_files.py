@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mae_core.config import ConfigError
-from mae_core.errors import UserError
+from mae_core.errors import UserError, first_problem
 from mae_core.files import read_yaml_mapping
 
 from .study import Study
@@ -55,13 +55,12 @@ class StudyFile(BaseModel):
 
 
 def _one_line(error: ValidationError) -> str:
-    first = error.errors()[0]
-    key = ".".join(str(part) for part in first["loc"])
-    if first["type"] == "extra_forbidden":
+    key, kind, message, _ = first_problem(error)
+    if kind == "extra_forbidden":
         return f"unknown key {key!r}; allowed: {', '.join(StudyFile.model_fields)}"
-    if first["type"] == "missing":
+    if kind == "missing":
         return f"{key}: required"
-    return f"{key}: {first['msg'].removeprefix('Value error, ')}"
+    return f"{key}: {message}"
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
