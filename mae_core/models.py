@@ -13,6 +13,10 @@ width, ``Dd`` decoder width, ``Z`` latent width.
 * :class:`BottleneckAutoencoder` is the spec's unmasked pair ``E: X -> Z``, ``D: Z -> X`` for
   the plain and denoising autoencoders: the encoder sees all M patches and pools them into one
   ``Z``-dimensional latent; the decoder expands the latent with positions back to M patches.
+
+With ``class_token=True`` the MAE computes what He et al.'s ``models_mae.py`` computes:
+``tests/test_transformers_port.py`` copies its weights into ``transformers``' port of that code
+(:mod:`mae_core.transformers_port`) and finds the same tokens, predictions and loss to rounding.
 """
 
 from __future__ import annotations
@@ -78,7 +82,8 @@ class Attention(nn.Module):
         return self.proj(out.transpose(1, 2).reshape(batch, length, width))
 
 
-# He et al. build every block with ``partial(nn.LayerNorm, eps=1e-6)`` (torch's default is 1e-5).
+# He et al. build every block with ``partial(nn.LayerNorm, eps=1e-6)`` (torch's default is 1e-5;
+# transformers' ViTMAEConfig's is 1e-12, so a port must name 1e-6: transformers_port does).
 LAYER_NORM_EPS = 1e-6
 
 
