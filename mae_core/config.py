@@ -93,7 +93,8 @@ class EvalConfig(BaseModel):
         10, ge=0, description="bn_linear: epochs of linear warm-up before the cosine decay (MAE: 10)")
     bn_linear_batch_size: int = Field(
         256, ge=2, description="bn_linear: images per SGD step (at least 2: BatchNorm needs a batch)")
-    bn_linear_weight_decay: float = Field(0.0, ge=0.0, description="bn_linear: weight decay of the linear layer (MAE: 0)")
+    bn_linear_weight_decay: float = Field(
+        0.0, ge=0.0, description="bn_linear: weight decay of the linear layer (MAE: 0)")
     finetune_steps: int = Field(0, ge=0, description="fine-tuning minibatches; 0 = no fine-tuning")
     finetune_blocks: Annotated[int, Ge(0)] | Literal["all"] | None = Field(
         None, description="also fine-tune only the last n blocks (MAE Fig. 9); all = every encoder weight")
