@@ -43,6 +43,7 @@ AXIS_LABELS = {
     "mask_sampling": "mask sampling", "mask_token_in_encoder": "mask token in encoder",
     "objective": "objective", "corruption": "corruption", "corruption_level": "corruption level",
     "lr": "base learning rate (per 256 images)", "batch_size": "batch size (images)",
+    "eval.finetune_blocks": "blocks fine-tuned (last n; all: every weight)",
 }
 # Labels, units and references come from the one metric table (evaluation.metrics).
 METRIC_LABELS = {m.name: m.label for m in METRICS.values() if m.kind == "downstream" or m.unit == "s"}

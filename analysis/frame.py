@@ -56,6 +56,8 @@ def _field_types(annotation: Any) -> tuple[type, ...]:
     """The scalar types a Config annotation admits: ``int | None`` -> (int, NoneType);
     ``Literal["a"]`` -> (str,)."""
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:  # a bounded member of a union (``int ≥ 0 | all``): its type
+        return _field_types(typing.get_args(annotation)[0])
     if origin is typing.Literal:
         return tuple({type(v) for v in typing.get_args(annotation)})
     if origin in (typing.Union, types.UnionType):

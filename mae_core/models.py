@@ -156,10 +156,25 @@ class ViTEncoder(nn.Module):
         return x[:, 0], x[:, 1:]
 
 
-def pooled_features(cls: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor:
-    """The probe's representation: mean-pooled tokens, with the class token in front when present."""
+# What ``features`` hands a probe: ``mean`` the mean-pooled tokens ``[B,D]``, ``cls`` the class
+# token ``[B,D]`` (what MAE's linear probe reads), ``both`` the two side by side ``[B,2D]``
+# (class token first); ``auto`` is ``both`` with a class token and ``mean`` without.
+FEATURE_POOLS = ("auto", "mean", "cls", "both")
+
+
+def pooled_features(cls: torch.Tensor | None, tokens: torch.Tensor, pool: str = "auto") -> torch.Tensor:
+    """The probe's representation of the class token ``[B,D]`` (or None) and tokens ``[B,L,D]``:
+    ``[B,D]`` for ``mean`` and ``cls``, ``[B,2D]`` for ``both`` (see :data:`FEATURE_POOLS`)."""
+    if pool == "auto":
+        pool = "mean" if cls is None else "both"
+    if pool not in FEATURE_POOLS:
+        raise ValueError(f"pool={pool!r} is not one of {', '.join(FEATURE_POOLS)}")
+    if pool != "mean" and cls is None:
+        raise ValueError(f"pool={pool} reads the class token; this model has none (class_token=False)")
+    if pool == "cls":
+        return cls
     pooled = tokens.mean(dim=1)
-    return pooled if cls is None else torch.cat([cls, pooled], dim=1)
+    return pooled if pool == "mean" else torch.cat([cls, pooled], dim=1)
 
 
 # ------------------------------------------------------------------------------ models
@@ -240,11 +255,11 @@ class MaskedAutoencoder(nn.Module):
         cls, tokens = self._encode(gather_positions(patches, visible), visible)
         return self.decode(tokens, visible, cls)
 
-    def features(self, patches: torch.Tensor) -> torch.Tensor:
-        """All patches visible -> the probe's representation ``[B,F]``."""
+    def features(self, patches: torch.Tensor, pool: str = "auto") -> torch.Tensor:
+        """All patches visible -> the probe's representation ``[B,F]`` (``pool``: :data:`FEATURE_POOLS`)."""
         everything = torch.arange(self.num_patches, device=patches.device).expand(patches.shape[0], -1)
         cls, tokens = self._encode(patches, everything)
-        return pooled_features(cls, tokens)
+        return pooled_features(cls, tokens, pool)
 
 
 class BottleneckAutoencoder(nn.Module):
@@ -291,10 +306,10 @@ class BottleneckAutoencoder(nn.Module):
         self._require_all_visible(visible)
         return self.decode(self.latent(patches))
 
-    def features(self, patches: torch.Tensor) -> torch.Tensor:
-        """The probe's representation ``[B,F]``: mean-pooled encoder tokens (the latent is a
-        linear map of them, so a linear probe on these is at least as strong)."""
-        return pooled_features(*self._encode(patches))
+    def features(self, patches: torch.Tensor, pool: str = "auto") -> torch.Tensor:
+        """The probe's representation ``[B,F]``: pooled encoder tokens (``pool``: :data:`FEATURE_POOLS`;
+        the latent is a linear map of the mean, so a linear probe on these is at least as strong)."""
+        return pooled_features(*self._encode(patches), pool)
 
     def _require_all_visible(self, visible: torch.Tensor | None) -> None:
         if visible is not None and visible.shape[1] != self.num_patches:

@@ -92,6 +92,9 @@ BAD_INVOCATIONS = [
     (["bogus"], "invalid choice"),
     (["config", "mask_ration"], "unknown key 'mask_ration' (did you mean mask_ratio?)"),
     (["config", "mask_ratio", "eval.nope"], "unknown key 'eval.nope'"),
+    (["train", "eval.features=cls"], "eval.features=cls reads the class token; set class_token=true"),
+    (["run", "partial_finetune", "--smoke", "eval.features=cls"], "eval.features=cls reads the class token"),
+    (["run", "mask_ratio", "--smoke", "eval.finetune_blocks=0,some"], "eval.finetune_blocks='some'"),
 ]
 
 

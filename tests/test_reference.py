@@ -18,6 +18,7 @@ EXPECTED = {
     "mask_sampling": {"mask_sampling": "random"}, "mask_token": {"mask_token_in_encoder": False},
     "corruption": {"corruption": "gaussian", "corruption_level": 0.3},
     "objectives": {"objective": "mae"}, "schedule": {"steps": 2000}, "lesson": {"mask_ratio": 0.75},
+    "partial_finetune": {"eval.finetune_blocks": 0},  # the head alone on the frozen encoder
 }
 
 

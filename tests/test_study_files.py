@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from mae_core import Config
 from studies.cli import main
 from studies.registry import STUDIES, get_study
 from studies.runner import plan_study
@@ -95,3 +96,33 @@ def test_list_shows_local_study_files(tmp_path, monkeypatch, capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "local_grid.yaml" in out and "mask_ratio" in out
+
+
+def test_partial_finetune_study_mirrors_mae_figure_9():
+    """An eval.* key is an axis like any config key: the built-in Figure 9 study varies the
+    fine-tuned depth, every cell validated, its smoke grid built with the paper's recipe."""
+    study = get_study("partial_finetune")
+    assert study.paper == "MAE Figure 9"
+    assert study.axes == {"eval.finetune_blocks": [0, 1, 2, "all"]}
+    assert study.reference_cell() == {"eval.finetune_blocks": 0}
+    plan = plan_study(study, smoke=True, overrides={})
+    assert set(plan.axes) == {"eval.finetune_blocks", "seed"} and len(plan.cells) == 2 * 2
+    configs = [Config(**cell) for cell in plan.cells]
+    assert {c.eval.finetune_blocks for c in configs} == {0, "all"}
+    for config in configs:
+        assert config.eval.finetune_steps == 20  # shortened in smoke mode
+        assert (config.eval.finetune_layer_decay, config.eval.finetune_schedule) == (0.75, "cosine")
+        assert config.resolved()["eval.finetune_blocks"] in (0, "all")  # logged as a param
+
+
+def test_eval_keys_become_axes_from_a_file_and_the_command_line(tmp_path):
+    path = tmp_path / "heads.yaml"
+    path.write_text("axes: {eval.linear_head: [logreg, bn_linear]}\nbase: {class_token: true}\n"
+                    "eval: {features: cls}\nseeds: [0]\n")
+    study = load_study_file(path)
+    cells = study.cells(smoke=True)
+    assert [Config(**c).eval.linear_head for c in cells] == ["logreg", "bn_linear"]
+    assert all(Config(**c).eval.features == "cls" for c in cells)
+    plan = plan_study(get_study("mask_ratio"), smoke=True, overrides={"eval.finetune_blocks": "0,all"})
+    assert plan.axes["eval.finetune_blocks"] == ["0", "all"]
+    assert {Config(**c).eval.finetune_blocks for c in plan.cells} == {0, "all"}
