@@ -125,9 +125,13 @@ def _parse(spec: str) -> tuple[str, Path | None]:
 
 
 def _stamp(path: Path | None) -> int:
-    # The path's mtime is part of cache keys so a rewritten npz (or a folder gaining or losing
-    # entries) is reloaded instead of served stale.
-    return path.stat().st_mtime_ns if path is not None else 0
+    """The newest mtime of the path and, for a folder, of its entries: part of cache keys, so a
+    rewritten npz, CIFAR or STL-10 file (or a folder gaining or losing entries) is reloaded
+    instead of served stale."""
+    if path is None:
+        return 0
+    entries = path.iterdir() if path.is_dir() else ()
+    return max([path.stat().st_mtime_ns, *(entry.stat().st_mtime_ns for entry in entries)])
 
 
 def validate_dataset_name(spec: str) -> str:

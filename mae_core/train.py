@@ -279,7 +279,10 @@ def train(
     # The pretraining images as stored (uint8: a quarter of float32) live on the device when
     # they are in memory; a batch is gathered and converted there, and only the B indices and
     # visible sets cross each step. Images on disk are read batch by batch instead.
+    if config.target == "norm":  # every image once, as apply_target on the whole set did
+        require_norm_domain_chunks(data.pretraining, data.patch_size, what="the training set")
     images = DeviceImages(data.pretraining, device)
+    value_range = (0.0, 1.0) if data.pretraining.table is not None else None  # bytes: pixels in [0, 1]
     n, num_patches, k = len(images), config.num_patches, config.num_visible
     step_fn = torch.compile(model) if config.compile_enabled else model
     forward_precision = autocast(config.precision, device)  # the loss below is always fp32
@@ -298,7 +301,7 @@ def train(
             group["lr"] = lr
         index = torch.randint(n, (config.batch_size,), generator=sampler)  # I_t, drawn on the CPU
         # the augmentation (none by default: it draws nothing then) draws from the same sampler
-        clean = patchify(augment(images(index), config.augment, sampler), data.patch_size)  # [B,M,q]
+        clean = patchify(augment(images(index), config.augment, sampler, value_range), data.patch_size)  # [B,M,q]
         target = batch_target(clean, config.target)
         if config.objective == "mae":
             visible = sample_visible(config.batch_size, num_patches, k, sampler,
