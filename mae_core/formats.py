@@ -94,6 +94,21 @@ def _cifar_batch(file: Path, label_key: bytes = b"labels") -> tuple[np.ndarray, 
     return data.reshape(-1, *CIFAR_SHAPE), labels.astype(np.int64)
 
 
+def _cifar_batches(files: list[Path]) -> tuple[np.ndarray, np.ndarray]:
+    """Several batch files -> images uint8 [n, 3, 32, 32], labels [n]. Each batch is released
+    once copied into the result, whose pages become resident only as they are written, so the
+    images are held about once, not twice (a list of batches plus their concatenation)."""
+    batches = [_cifar_batch(f) for f in files]
+    images = np.empty((sum(len(x) for x, _ in batches), *CIFAR_SHAPE), np.uint8)
+    labels, start = [], 0
+    for i, (x, y) in enumerate(batches):
+        images[start:start + len(x)] = x
+        start += len(x)
+        labels.append(y)
+        batches[i] = None  # the batch's own array goes now
+    return images, np.concatenate(labels)
+
+
 def _names_from_meta(file: Path, key: bytes, default: tuple[str, ...]) -> tuple[str, ...]:
     if not file.exists():
         return default
@@ -118,9 +133,8 @@ def load_cifar10(root: Path) -> Splits:
         raise DataError(f"no CIFAR training batch (data_batch_1..5) in {root}")
     if not (root / "test_batch").exists():
         raise DataError(f"missing CIFAR test batch: {root / 'test_batch'}")
-    train = [_cifar_batch(f) for f in train_files]
+    xtr, ytr = _cifar_batches(train_files)
     xte, yte = _cifar_batch(root / "test_batch")
-    xtr, ytr = np.concatenate([b[0] for b in train]), np.concatenate([b[1] for b in train])
     names = _names_from_meta(root / "batches.meta", b"label_names", _CIFAR10_NAMES)
     check_labels(np.concatenate([ytr, yte]), len(names), root)
     return Splits(ImageStore(xtr, BYTE_VALUES), ytr, ImageStore(xte, BYTE_VALUES), yte, names)
