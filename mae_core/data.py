@@ -153,7 +153,7 @@ def dataset_image_shape(spec: str) -> tuple[int, int, int]:
 
 @functools.lru_cache(maxsize=32)
 def _file_image_shape(spec: str, _stamp: int) -> tuple[int, int, int]:
-    from .folders import class_folders, folder_image_shape
+    from .folders import class_folders, folder_image_shape, imagenet_image_shape
     from .formats import npz_header, npz_layout
 
     kind, path = _parse(spec)
@@ -162,9 +162,7 @@ def _file_image_shape(spec: str, _stamp: int) -> tuple[int, int, int]:
         return tuple(int(v) for v in npz_layout(shape, path, "images")[1])
     if kind == "folder":
         return folder_image_shape([f for _, files in class_folders(path) for f in files])
-    if not (path / "train").is_dir():
-        raise DataError(f"imagenet dataset needs the folders train/ and val/: missing {path / 'train'}")
-    return folder_image_shape([f for _, files in class_folders(path / "train", recursive=True) for f in files])
+    return imagenet_image_shape(path)
 
 
 def default_patch_size(spec: str) -> int:

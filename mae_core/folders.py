@@ -190,3 +190,13 @@ def folder_image_shape(files: list[Path]) -> tuple[int, int, int]:
     (width, height), _ = _header(files[0])
     colour = any(_header(f)[1] not in _GREY_MODES for f in files)
     return (3 if colour else 1, height, width)
+
+
+def imagenet_image_shape(root: Path) -> tuple[int, int, int]:
+    """(C, H, W) of an imagenet-layout dataset from headers: train/'s images, then val/'s (a
+    colour image in either makes the dataset RGB, as loading does)."""
+    for folder in (root / "train", root / "val"):
+        if not folder.is_dir():
+            raise DataError(f"imagenet dataset needs the folders train/ and val/: missing {folder}")
+    train = [f for _, files in class_folders(root / "train", recursive=True) for f in files]
+    return folder_image_shape(train + _images_in(root / "val", recursive=True))

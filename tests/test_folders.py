@@ -119,3 +119,12 @@ def test_a_file_that_changes_size_after_listing_is_named(tmp_path):
     with pytest.raises(DataError, match=r"2\.png decodes to 10x10, expected 8x8"):
         ds.train.floats()
         ds.test.floats()
+
+
+def test_a_colour_validation_image_makes_the_dataset_rgb_for_config_and_loading_alike(tmp_path):
+    rng = np.random.default_rng(4)
+    for i in range(3):
+        _save(tmp_path / "g" / "train" / "a" / f"{i}.png", rng, 8, grey=True)
+    _save(tmp_path / "g" / "val" / "a" / "0.png", rng, 8)  # the one colour image
+    spec = f"imagenet:{tmp_path / 'g'}"
+    assert dataset_image_shape(spec) == (3, 8, 8) == load_dataset(spec).image_shape
