@@ -319,6 +319,18 @@ def _html_table(table: pd.DataFrame) -> str:
     return '<div class="scroll">' + table.to_html(index=False, border=0, na_rep="—", escape=True) + "</div>"
 
 
+def outside_procedure_note(frame: pd.DataFrame) -> str:
+    """A warning paragraph when some trials trained with augmentation (``augment`` other than
+    none): the spec's procedure samples the images as they are, so those runs are outside it."""
+    augmented = frame["augment"].fillna("none") != "none" if "augment" in frame else pd.Series(dtype=bool)
+    if not augmented.any():
+        return ""
+    kinds = ", ".join(sorted(map(str, frame.loc[augmented, "augment"].unique())))
+    return (f"<p class='failed'>{int(augmented.sum())} of {len(frame)} trials trained with augment="
+            f"{html.escape(kinds)}: outside the specification's procedure, which samples each image "
+            "as it is.</p>")
+
+
 def _html(study: str, info: dict, frame: pd.DataFrame, tracking_uri: str, experiment: str,
           display: pd.DataFrame, correlations: pd.DataFrame, reading: str,
           figs: list[_Figure], recons: list[_Figure], files: list[str], findings: Findings) -> str:
@@ -349,6 +361,7 @@ def _html(study: str, info: dict, frame: pd.DataFrame, tracking_uri: str, experi
         f"study run {e(info['run_id'])} started {e(started)} · report generated "
         f"{e(datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))}<br>"
         f"tracking URI <code>{e(tracking_uri)}</code> · experiment <code>{e(experiment)}</code></p>",
+        outside_procedure_note(frame),
         "<h2>Findings</h2>", f"<p>{e(findings.text)}</p>",
         _html_table(findings.display) if len(findings.display) else "",
         "<p class='meta'>Every number behind these words: <code>comparisons.csv</code>.</p>",

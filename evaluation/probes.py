@@ -141,8 +141,8 @@ class ValidationSplit:
         place of the test split (the test split itself is not in it)."""
         fit, val = torch.from_numpy(self.fit), torch.from_numpy(self.val)
         return dataclasses.replace(
-            data, train_patches=data.train_patches[fit], train_labels=data.train_labels[fit],
-            test_patches=data.train_patches[val], test_labels=data.train_labels[val])
+            data, train_images=data.train_images[self.fit], train_labels=data.train_labels[fit],
+            test_images=data.train_images[self.val], test_labels=data.train_labels[val])
 
 
 def validation_split(labels: np.ndarray, fraction: float, seed: int) -> ValidationSplit:

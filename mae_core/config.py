@@ -199,10 +199,20 @@ class Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
     # data
-    dataset: str = Field("digits", description="digits | shapes | photos | cifar10:PATH | folder:PATH | npz:PATH")
+    dataset: str = Field("digits", description=(
+        "digits | shapes | photos | cifar10:PATH | folder:PATH | npz:PATH | cifar100:PATH | "
+        "cifar100_coarse:PATH | stl10:PATH | imagenet:PATH"))
     train_limit: int | None = Field(None, ge=1, description="use at most this many training images (smoke runs)")
     test_limit: int | None = Field(None, ge=1, description="evaluate on at most this many test images")
     patch_size: int | None = Field(None, ge=1, description="pixels per patch side P; None = the dataset's default")
+    # Images are stored as bytes and converted per batch either way; the ceiling only decides
+    # where they are read from, never a number a run produces.
+    data_ram_mb: int = Field(
+        4096, ge=0, description="MB of images a trial reads into memory at most; a larger dataset "
+        "stays on disk (memory-mapped, or files decoded per batch)")
+    augment: Literal["none", "crop_flip"] = Field(
+        "none", description="crop_flip: He et al.'s RandomResizedCrop (scale 0.2-1) + flip per "
+        "batch, outside the spec's procedure")
 
     # objective (spec: MAE masked risk; AE reconstruction risk; DAE denoising risk)
     objective: Literal["mae", "ae", "dae"] = Field(
@@ -307,6 +317,9 @@ class Config(BaseModel):
         if self.target != "raw" and self.patch_dim < 2:
             raise ValueError(f"target={self.target} normalises each patch and needs q >= 2 values per "
                              f"patch; patch_size={self.resolved_patch_size} gives q={self.patch_dim}")
+        if self.augment != "none" and self.target == "norm":
+            raise ValueError(f"augment={self.augment} with target=norm: a resized crop can hold constant "
+                             "patches, where the strict T_norm is undefined; use target=norm_eps")
         if self.mask_token_in_encoder and self.objective != "mae":
             raise ValueError("mask_token_in_encoder applies only to objective=mae")
         blocks = self.eval.finetune_blocks

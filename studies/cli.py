@@ -109,7 +109,7 @@ def _train(args: argparse.Namespace) -> tuple[int, dict[str, float] | None]:
                                       tracking_uri, resume=args.resume)
     console.print(f"[bold]{run_name}[/]  M={config.num_patches} q={config.patch_dim} "
                   f"k={config.num_visible} ρ_eff={config.effective_mask_ratio:.3f}  "
-                  f"n_train={len(data.train_patches)} n_test={len(data.test_patches)}")
+                  f"n_train={len(data.pretraining)} n_test={len(data.test_images)}")  # no float copy
     columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
                TextColumn("{task.completed}/{task.total}"), TextColumn("loss {task.fields[loss]}"),
                TimeElapsedColumn(), TimeRemainingColumn())

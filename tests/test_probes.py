@@ -159,7 +159,7 @@ def test_fewshot_finetune_sees_only_its_labelled_examples(tiny):
     chosen = torch.from_numpy(fewshot_indices(data.train_labels.numpy(), 2, seed=3))
     assert len(chosen) == 2 * len(torch.unique(data.train_labels))
     assert all(int((data.train_labels[chosen] == c).sum()) == 2 for c in torch.unique(data.train_labels))
-    only_those = dataclasses.replace(data, train_patches=data.train_patches[chosen],
+    only_those = dataclasses.replace(data, train_images=data.train_images[chosen],
                                      train_labels=data.train_labels[chosen])
     assert finetune_accuracy(model, data, 5, seed=3, shots=2) == finetune_accuracy(model, only_those, 5, seed=3)
     metrics = probe_metrics(model, config, data, finetune_steps=5, finetune_shots=2)

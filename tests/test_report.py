@@ -424,3 +424,12 @@ def test_a_smoke_report_claims_no_correlation_and_says_so(tmp_path):
     comparisons = pd.read_csv(index.parent / "comparisons.csv")
     assert list(comparisons["decoder_width"].unique()) == [16]
     assert (index.parent / "findings.md").read_text().startswith("# decoder_width (smoke run): findings")
+
+
+def test_augmented_trials_are_marked_outside_the_procedure():
+    from analysis.report import outside_procedure_note
+
+    assert outside_procedure_note(pd.DataFrame({"augment": ["none", "none"]})) == ""
+    assert outside_procedure_note(pd.DataFrame({"mask_ratio": [0.5]})) == ""  # a store from before the key
+    note = outside_procedure_note(pd.DataFrame({"augment": ["none", "crop_flip", "crop_flip"]}))
+    assert "2 of 3 trials" in note and "augment=crop_flip" in note and "outside the specification" in note
