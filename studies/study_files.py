@@ -198,7 +198,7 @@ def local_files(folder: Path) -> list[Path]:
 
 TEMPLATE = """\
 # A mae-study study file: `mae-study run {name}.yaml` (add --smoke for a seconds-long check).
-# Every key below is optional except axes. Config keys: `mae-study config`.
+# Every key below is optional except something to vary (axes, zip or search). Config keys: `mae-study config`.
 name: {name}
 paper: ""                  # the paper row or figure this mirrors, e.g. "MAE Table 1a"
 doc: |
@@ -209,10 +209,13 @@ base:                      # keys every trial shares (differences from the defau
 axes:                      # full factorial: every combination is one trial per seed
   decoder_depth: [1, 2, 4]
   mask_ratio: [0.5, 0.75]
+# zip:                     # keys that vary together, row by row (equal lengths), times the axes above:
+#   encoder_width: [32, 64]  # two rows (32 with 2 heads, 64 with 4), not four; several groups: a list
+#   encoder_heads: [2, 4]    # of such mappings. A zipped key is in the reference row too.
 seeds: [0, 1, 2, 3, 4]     # paired comparisons need enough seeds; the report states what n resolves
 smoke:                     # extra keys for --smoke (on top of tiny data and steps)
   steps: 20
-smoke_axes:                # a smaller grid for --smoke
+smoke_axes:                # a smaller grid for --smoke (smoke_zip: the same for zip)
   decoder_depth: [1, 4]
   mask_ratio: [0.75]
 eval:                      # probe and fine-tuning settings (eval.* keys)
@@ -220,6 +223,12 @@ eval:                      # probe and fine-tuning settings (eval.* keys)
 reference:                 # the row every other row is compared with, paired by seed
   decoder_depth: 2
   mask_ratio: 0.75
+# search:                  # sample keys from ranges for every arm of the grid above (each sample runs
+#   space:                 # once per seed); the command line's --search/--samples/--metric override it
+#     lr: "loguniform:1e-4:1e-2"   # also uniform:LOW:HIGH, randint:LOW:HIGH (both ends), choice:A,B
+#   algorithm: random      # random (the same samples for every arm) | optuna (pip install 'mae-study[optuna]')
+#   samples: 8             # sampled configs per arm
+#   metric: probe_linear_acc  # what to optimise and rank by (its direction: the metric table)
 """
 
 
