@@ -170,9 +170,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     table.columns[0].no_wrap = True
 
     def add(label: str, study) -> None:
-        axes = "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in study.axes.items())
-        table.add_row(label, study.paper, f"{axes} (× {len(study.seeds)})",
-                      str(study.grid_size()), str(study.grid_size(smoke=True)))
+        varies = [f"{k}: {', '.join(map(str, v))}" for k, v in study.axes.items()]
+        varies += ["zip(" + "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in g.items()) + ")"
+                   for g in study.zipped]
+        samples = study.search["samples"] if study.search else 1
+        if study.search:
+            varies.append(f"{study.search['algorithm']} search of {', '.join(study.search['space'])} "
+                          f"({samples} samples per arm)")
+        table.add_row(label, study.paper, f"{'; '.join(varies)} (× {len(study.seeds)})",
+                      str(study.grid_size() * samples), str(study.grid_size(smoke=True) * samples))
 
     for study in STUDIES.values():
         add(study.name, study)
@@ -201,10 +207,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .registry import get_study
     from .runner import RunOptions, default_gpus_per_trial, plan_study, run_study
 
+    from .search import split_ranges
+
     study = get_study(args.study)
     search = _search_of(args, study)
-    ranges_left = {k: v for k, v in parse_overrides(args.overrides).items() if search is None or k not in search.space}
-    plan = plan_study(study, smoke=args.smoke, overrides=ranges_left, search=search)
+    _, fixed = split_ranges(parse_overrides(args.overrides))  # key=value and key=v1,v2; ranges are search's
+    plan = plan_study(study, smoke=args.smoke, overrides=fixed, search=search)
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise UsageError(f"--max-concurrent {args.max_concurrent}: must be at least 1")
     out = writable_folder(Path(args.out) / (study.name + ("-smoke" if args.smoke else "")), "--out")
@@ -247,9 +255,13 @@ def _search_of(args: argparse.Namespace, study):
     ``--search``, ``--samples``, ``--metric`` and the ranges among the ``key=value`` pairs."""
     from .search import make_search, require_optuna, split_ranges
 
-    ranges, _ = split_ranges(parse_overrides(args.overrides))
+    ranges, fixed = split_ranges(parse_overrides(args.overrides))
+    file_search = study.search
+    if file_search is not None:  # key=value on the command line beats the file's range of that key
+        space = {k: v for k, v in file_search["space"].items() if k not in fixed}
+        file_search = {**file_search, "space": space} if space or ranges or args.search else None
     search = make_search(algorithm=args.search, samples=args.samples, metric=args.metric, ranges=ranges,
-                         file_search=study.search)
+                         file_search=file_search)
     if search is not None and search.algorithm == "optuna":
         require_optuna()  # the optuna extra: one line before anything starts
     return search

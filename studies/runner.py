@@ -140,8 +140,8 @@ def tune_space(plan: StudyPlan) -> tuple[dict[str, Any], Any, int]:
         return space, None, 1
     from .search import tune_search
 
-    arms = list({cell_id(a): a for a in ({k: c[k] for k in plan.varied if k in c and k != "seed"}
-                                          for c in plan.cells)}.values())
+    grid_keys = [a for a in plan.axes if a != "seed"] + [k for group in plan.zipped for k in group]
+    arms = list({cell_id(a): a for a in ({k: c[k] for k in grid_keys} for c in plan.cells)}.values())
     return tune_search(plan.search, space, arms, plan.axes["seed"])
 
 

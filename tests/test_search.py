@@ -228,3 +228,24 @@ def test_the_report_ranks_sampled_configs_within_each_arm():
     lowest = search_ranking(frame, ["decoder_depth"], ["lr"], "probe_linear_acc", "min")
     assert lowest["lr"].tolist()[:2] == [1e-3, 3e-3]
     assert chosen_zip(ranking, ["decoder_depth"], ["lr"]) == "zip:\n  decoder_depth: [1, 4]\n  lr: [0.003, 0.001]"
+
+
+def test_a_key_given_a_value_on_the_command_line_leaves_the_files_search(tmp_path):
+    import argparse
+
+    from studies.cli import _search_of
+    from studies.study_files import load_study_file
+
+    path = tmp_path / "tuned.yaml"
+    path.write_text("base: {dataset: digits}\naxes: {decoder_depth: [1, 2]}\nseeds: [0]\n"
+                    "search: {space: {lr: 'loguniform:1e-4:1e-2', weight_decay: 'uniform:0:0.1'}, samples: 3}\n")
+    study = load_study_file(path)
+
+    def search(*overrides, algorithm=None):
+        return _search_of(argparse.Namespace(overrides=list(overrides), search=algorithm, samples=None,
+                                             metric=None), study)
+
+    assert set(search().space) == {"lr", "weight_decay"} and search().samples == 3
+    assert set(search("lr=0.001").space) == {"weight_decay"}
+    assert search("lr=0.001", "weight_decay=0.05") is None  # nothing left to sample: the file's grid
+    assert set(search("lr=0.001", "mask_ratio=uniform:0.5:0.8").space) == {"weight_decay", "mask_ratio"}
