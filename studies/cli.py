@@ -206,7 +206,6 @@ def cmd_new_study(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from .registry import get_study
     from .runner import RunOptions, default_gpus_per_trial, plan_study, run_study
-
     from .search import split_ranges
 
     study = get_study(args.study)
