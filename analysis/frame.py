@@ -230,7 +230,9 @@ def load_study_info(tracking_uri: str, study: str, experiment: str = "mae-study"
                     parent_run_id: str | None = None) -> dict[str, Any]:
     """The parent run's id, name, start time (ms), axes and grid, for a report's header; its
     ``smoke`` tag (True only for "True"), ``paper`` and ``reference`` (the tag's JSON mapping of
-    axis -> value, None where the tag is absent or unreadable)."""
+    axis -> value, None where the tag is absent or unreadable), ``zip`` (the zipped groups, a
+    list of key -> values mappings; empty for none) and ``search`` (the search's algorithm,
+    samples, metric, mode and space; None for a grid)."""
     parent, _ = _study_runs(tracking_uri, study, experiment, parent_run_id)
     tags = parent.data.tags
     try:
@@ -241,10 +243,21 @@ def load_study_info(tracking_uri: str, study: str, experiment: str = "mae-study"
         reference = json.loads(tags["reference"]) if "reference" in tags else None
     except json.JSONDecodeError:
         reference = None
+    zipped, search = _json_tag(tags, "zip", list), _json_tag(tags, "search", dict)
     return {"run_id": parent.info.run_id, "run_name": parent.info.run_name,
             "start_time": parent.info.start_time, "axes": _axes_of(parent), "grid": grid,
             "smoke": tags.get("smoke") == "True", "paper": tags.get("paper"),
-            "reference": reference if isinstance(reference, dict) else None}
+            "reference": reference if isinstance(reference, dict) else None,
+            "zip": [g for g in zipped or [] if isinstance(g, dict)], "search": search}
+
+
+def _json_tag(tags: dict[str, str], key: str, kind: type):
+    """The parent's JSON tag ``key`` when it holds a ``kind``; else None (absent or unreadable)."""
+    try:
+        value = json.loads(tags[key]) if key in tags else None
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, kind) else None
 
 
 def load_history(tracking_uri: str, run_ids: list[str], key: str = "train_loss") -> pd.DataFrame:

@@ -28,6 +28,8 @@ from mae_core import files
 from mae_core.config import EVAL_PREFIX, Config, ConfigKey, config_keys, parse_overrides, value_text
 from mae_core.errors import UserError
 
+from .search import DEFAULT_METRIC, DEFAULT_SAMPLES
+
 BAD_INPUT = 2
 
 
@@ -168,9 +170,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     table.columns[0].no_wrap = True
 
     def add(label: str, study) -> None:
-        axes = "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in study.axes.items())
-        table.add_row(label, study.paper, f"{axes} (× {len(study.seeds)})",
-                      str(study.grid_size()), str(study.grid_size(smoke=True)))
+        varies = [f"{k}: {', '.join(map(str, v))}" for k, v in study.axes.items()]
+        varies += ["zip(" + "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in g.items()) + ")"
+                   for g in study.zipped]
+        samples = study.search["samples"] if study.search else 1
+        if study.search:
+            varies.append(f"{study.search['algorithm']} search of {', '.join(study.search['space'])} "
+                          f"({samples} samples per arm)")
+        table.add_row(label, study.paper, f"{'; '.join(varies)} (× {len(study.seeds)})",
+                      str(study.grid_size() * samples), str(study.grid_size(smoke=True) * samples))
 
     for study in STUDIES.values():
         add(study.name, study)
@@ -198,9 +206,12 @@ def cmd_new_study(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from .registry import get_study
     from .runner import RunOptions, default_gpus_per_trial, plan_study, run_study
+    from .search import split_ranges
 
     study = get_study(args.study)
-    plan = plan_study(study, smoke=args.smoke, overrides=parse_overrides(args.overrides))
+    search = _search_of(args, study)
+    _, fixed = split_ranges(parse_overrides(args.overrides))  # key=value and key=v1,v2; ranges are search's
+    plan = plan_study(study, smoke=args.smoke, overrides=fixed, search=search)
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise UsageError(f"--max-concurrent {args.max_concurrent}: must be at least 1")
     out = writable_folder(Path(args.out) / (study.name + ("-smoke" if args.smoke else "")), "--out")
@@ -209,7 +220,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         experiment=args.experiment, smoke=args.smoke, resume=args.resume, address=args.address,
         max_concurrent=args.max_concurrent, cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=(args.gpus_per_trial if args.gpus_per_trial is not None
-                        else default_gpus_per_trial(len(plan.cells), args.cpus_per_trial, args.address)),
+                        else default_gpus_per_trial(plan.num_trials, args.cpus_per_trial, args.address)),
         scheduler=args.scheduler,
     )
 
@@ -217,11 +228,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .progress import StudyProgress, progress_metric
     from .runner import StudyInterrupted
 
-    header = (f"study {study.name} ({study.paper}): {len(plan.cells)} trials, axes "
-              + ", ".join(f"{k}={v}" for k, v in plan.axes.items()))
     interruption = Interruption()
     try:  # run_study checks the address and the resume state before Ray or MLflow start
-        progress = StudyProgress(total=len(plan.cells), header=header, metric=progress_metric(plan.axes))
+        metric, mode = ((search.metric, search.mode) if search is not None else (progress_metric(plan.varied), "min"))
+        progress = StudyProgress(total=plan.num_trials, header=_run_header(study, plan), metric=metric, mode=mode)
         with sigterm_as_sigint(interruption):
             state = run_study(plan, options, progress=progress, interruption=interruption)
     except StudyInterrupted as stop:
@@ -237,6 +247,34 @@ def cmd_run(args: argparse.Namespace) -> int:
           f"{state['diverged']} diverged; MLflow parent run {state['parent_run_id']} in "
           f"{options.tracking_uri}; next: mae-study report {study.name}", file=sys.stderr)
     return 1 if state["errored"] else 0
+
+
+def _search_of(args: argparse.Namespace, study):
+    """The search ``run`` asks for (None: a grid): the study file's ``search`` block, then
+    ``--search``, ``--samples``, ``--metric`` and the ranges among the ``key=value`` pairs."""
+    from .search import make_search, require_optuna, split_ranges
+
+    ranges, fixed = split_ranges(parse_overrides(args.overrides))
+    file_search = study.search
+    if file_search is not None:  # key=value on the command line beats the file's range of that key
+        space = {k: v for k, v in file_search["space"].items() if k not in fixed}
+        file_search = {**file_search, "space": space} if space or ranges or args.search else None
+    search = make_search(algorithm=args.search, samples=args.samples, metric=args.metric, ranges=ranges,
+                         file_search=file_search)
+    if search is not None and search.algorithm == "optuna":
+        require_optuna()  # the optuna extra: one line before anything starts
+    return search
+
+
+def _run_header(study, plan) -> str:
+    """The first progress line: the study, its trial count and what varies."""
+    varies = [f"{k}={v}" for k, v in plan.axes.items()]
+    varies += ["zip(" + ", ".join(f"{k}={v}" for k, v in group.items()) + ")" for group in plan.zipped]
+    if plan.search is not None:
+        varies.append(f"{plan.search.algorithm} search of " + ", ".join(
+            f"{k}={r.text}" for k, r in plan.search.space.items())
+            + f" ({plan.search.samples} samples per arm, {plan.search.mode} {plan.search.metric})")
+    return f"study {study.name} ({study.paper}): {plan.num_trials} trials, axes " + ", ".join(varies)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -428,7 +466,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="mae_runs", help="folder for Ray state (default: mae_runs)")
     run.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite file in .)")
     run.add_argument("--experiment", default="mae-study", help="MLflow experiment name")
-    run.add_argument("overrides", nargs="*", metavar="key=value", help="config keys; seeds=0,1,2")
+    run.add_argument("--search", choices=("random", "optuna"),
+                     help="sample keys from ranges (key=loguniform:LOW:HIGH, uniform:LOW:HIGH, "
+                          "randint:LOW:HIGH, choice:A,B,...) for every arm of the grid; each sample runs "
+                          "once per seed. random: Tune's random search, the same samples for every arm; "
+                          "optuna: an Optuna TPE study per arm (pip install 'mae-study[optuna]')")
+    run.add_argument("--samples", type=int, help=f"sampled configs per arm of the grid (default {DEFAULT_SAMPLES})")
+    run.add_argument("--metric", help=f"what --search optimises and ranks by (default {DEFAULT_METRIC}; "
+                                      "its direction comes from the metric table)")
+    run.add_argument("overrides", nargs="*", metavar="key=value",
+                     help="config keys; key=v1,v2 makes an axis; key=KIND:ARGS a range for --search; seeds=0,1,2")
     run.set_defaults(handler=cmd_run)
 
     bench = commands.add_parser("bench", help="speed measurements against a peer, as ratios")

@@ -78,4 +78,7 @@ class StudyProgress(Callback):
 
 
 def _label(trial) -> str:
-    return " ".join(f"{k}={v}" for k, v in (trial.config or {}).items())
+    from .study import trial_keys  # a zipped group's row shows as its keys
+
+    return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in trial_keys(trial.config or {}).items())
