@@ -299,8 +299,8 @@ def cmd_report(args: argparse.Namespace) -> int:
                 if older.is_file() and older != store else "")
         raise UsageError(f"no runs of study {args.study}: no MLflow store at {store} (--out is the folder "
                          f"`mae-study run --out` wrote, the report's own folder is --report-dir){hint}")
-    out = writable_folder(Path(args.report_dir) if args.report_dir
-                          else study_folder(root, args.study, args.smoke) / "report", "--report-dir")
+    # made by write_report once the run is found: a refused report leaves no folder behind
+    out = Path(args.report_dir) if args.report_dir else study_folder(root, args.study, args.smoke) / "report"
     index = write_report(args.study, tracking_uri, out, formats=formats, experiment=args.experiment,
                          parent_run_id=args.run, smoke=args.smoke)
     print(f"report: {index}")
@@ -545,6 +545,7 @@ def quiet_libraries() -> None:
     Ray or MLflow start, so Ray's workers inherit them."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local Ray of our own: no token, no notice
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a report's downloads
     # MLflow sets its own level on import; the variable keeps schema-creation chatter away
     # from this process and from Ray's workers, which inherit it.
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
