@@ -103,6 +103,7 @@ def test_trial_runs_carry_the_source_tags_their_data_and_their_encoder(study):
     digests = {"train": content_digest(data.train_patches, data.train_labels),
                "test": content_digest(data.test_patches, data.test_labels)}
     assert len(study["children"]) == 2
+    mlflow.set_tracking_uri(study["uri"])  # models:/ URIs are looked up in the current store
     for run in study["children"]:
         tags = run.data.tags
         assert tags[MLFLOW_SOURCE_NAME] == "mae-study" and tags[MLFLOW_USER]
