@@ -555,9 +555,11 @@ def _write_search_findings(frame: pd.DataFrame, study: str, axes: list[str], inf
 
 
 def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Sequence[str] = ("png", "pdf"),
-                 experiment: str = "mae-study", parent_run_id: str | None = None) -> Path:
+                 experiment: str = "mae-study", parent_run_id: str | None = None,
+                 smoke: bool | None = None) -> Path:
     """Write the report of ``study`` (its newest run, or its run ``parent_run_id``) into
-    ``out_dir``; return the path of ``index.html``.
+    ``out_dir``; return the path of ``index.html``. ``smoke`` True or False reports only a smoke
+    or only a full run, and refuses (one line) when the run found is of the other kind.
 
     Raises :class:`~analysis.frame.ReportError` (one line) when the study has no runs, a
     format is unknown, or ``out_dir`` cannot be written.
@@ -565,8 +567,8 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
     unknown = [f for f in formats if f not in figures.FORMATS]
     if unknown:
         raise ReportError(f"figure format {unknown[0]!r} is not one of {', '.join(figures.FORMATS)}")
-    frame = load_runs(tracking_uri, study, experiment, parent_run_id)
-    info = load_study_info(tracking_uri, study, experiment, parent_run_id)
+    info = load_study_info(tracking_uri, study, experiment, parent_run_id, smoke)
+    frame = load_runs(tracking_uri, study, experiment, info["run_id"])
     out = _writable(out_dir)
     axes = [a for a in info["axes"] if a in frame]
     info["axes"] = axes

@@ -263,6 +263,11 @@ class Config(BaseModel):
         "auto", description="forward pass; auto = bf16 on CUDA, fp32 on the CPU")
     compile: Literal["auto"] | bool = Field(
         "auto", description=f"torch.compile; auto: runs of >= {COMPILE_AUTO_MIN_STEPS} updates")
+    # The trained encoder (patches [B,M,q] -> features [B,F]) as an MLflow model of the run:
+    # a study of many trials would otherwise fill the artifact store with large models unasked.
+    log_model: bool = Field(True, description="log the trained encoder as an mlflow.pytorch model of the run")
+    log_model_max_mb: float = Field(
+        100.0, gt=0.0, description="MB; a larger encoder is not logged (the run's model_not_logged tag says why)")
 
     # downstream evaluation (probes and fine-tuning), as eval.<key>
     eval: EvalConfig = Field(EvalConfig(), description="probe and fine-tuning settings (the eval.* keys)")

@@ -316,6 +316,32 @@ class BottleneckAutoencoder(nn.Module):
             raise ValueError("an autoencoder's encoder sees every patch; pass visible=None")
 
 
+class FeatureEncoder(nn.Module):
+    """A trained model's encoder alone, as the probes read it: patches ``[B,M,q]`` -> features
+    ``[B,F]`` with every patch visible (what ``features`` of either model returns).
+
+    One tensor in, one out, so MLflow's pytorch flavour can serve it; it holds only the encoder
+    (the decoder, and an MAE's mask tokens, take no part when every patch is visible).
+    """
+
+    def __init__(self, encoder: ViTEncoder, num_patches: int):
+        super().__init__()
+        self.encoder = encoder
+        self.num_patches = num_patches
+
+    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+        everything = torch.arange(self.num_patches, device=patches.device).expand(patches.shape[0], -1)
+        return pooled_features(*self.encoder(self.encoder.patch_embed(patches), everything))
+
+
+def feature_encoder(model: nn.Module) -> FeatureEncoder:
+    """The encoder of a trained :class:`MaskedAutoencoder` or :class:`BottleneckAutoencoder`,
+    copied to the CPU in eval mode (the trained model itself is left as it was)."""
+    import copy
+
+    return FeatureEncoder(copy.deepcopy(model.encoder).float().cpu(), model.num_patches).eval()
+
+
 def variant_name(objective: str, encoder_width: int, encoder_depth: int, decoder_width: int,
                  decoder_depth: int, latent_dim: int | None = None,
                  mask_token_in_encoder: bool = False) -> str:

@@ -31,6 +31,8 @@ from mae_core.errors import UserError
 from .search import DEFAULT_METRIC, DEFAULT_SAMPLES
 
 BAD_INPUT = 2
+DEFAULT_OUT = "mae_runs"  # run's and report's --out: the output folder of studies
+DEFAULT_EXPERIMENT = "mae-study"  # (studies.tracking.DEFAULT_EXPERIMENT, without importing MLflow)
 
 
 class UsageError(UserError):
@@ -133,6 +135,7 @@ def _train(args: argparse.Namespace) -> tuple[int, dict[str, float] | None]:
             return _train_interrupted(args, interruption, checkpoint, getattr(stop, "step", None)), None
     _print_metrics(console, outcome.metrics)
     console.print(f"MLflow run {outcome.run_id} in {tracking_uri} (experiment {args.experiment})")
+    console.print(f"next: {ui_command(tracking_uri)}", highlight=False, markup=False, soft_wrap=True)
     return 0, outcome.metrics
 
 
@@ -214,9 +217,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     plan = plan_study(study, smoke=args.smoke, overrides=fixed, search=search)
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise UsageError(f"--max-concurrent {args.max_concurrent}: must be at least 1")
-    out = writable_folder(Path(args.out) / (study.name + ("-smoke" if args.smoke else "")), "--out")
+    root = writable_folder(Path(args.out), "--out")
+    out = writable_folder(study_folder(root, study.name, args.smoke), "--out")
     options = RunOptions(
-        out_dir=out, tracking_uri=args.tracking_uri or _default_uri(Path.cwd()),
+        out_dir=out, tracking_uri=args.tracking_uri or _default_uri(root),
         experiment=args.experiment, smoke=args.smoke, resume=args.resume, address=args.address,
         max_concurrent=args.max_concurrent, cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=(args.gpus_per_trial if args.gpus_per_trial is not None
@@ -245,7 +249,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     print(f"study {study.name}: {state['trials']} trials, {state['errored']} errored, "
           f"{state['diverged']} diverged; MLflow parent run {state['parent_run_id']} in "
-          f"{options.tracking_uri}; next: mae-study report {study.name}", file=sys.stderr)
+          f"{options.tracking_uri}", file=sys.stderr)
+    print(f"next: {report_command(args, study.name, state['parent_run_id'])}", file=sys.stderr)
     return 1 if state["errored"] else 0
 
 
@@ -277,8 +282,42 @@ def _run_header(study, plan) -> str:
     return f"study {study.name} ({study.paper}): {plan.num_trials} trials, axes " + ", ".join(varies)
 
 
+def study_folder(root: Path, study: str, smoke: bool) -> Path:
+    """A study's own folder under ``--out``: its ``study.json``, Ray's state (``ray/``) and its
+    report (``report/``); smoke runs apart (``STUDY-smoke``), so they never meet a full run's state."""
+    return root / (study + ("-smoke" if smoke else ""))
+
+
+def report_command(args: argparse.Namespace, study: str, parent_run_id: str) -> str:
+    """The ``mae-study report`` command for the study ``run`` just ran, with the same ``--out``,
+    ``--tracking-uri`` and ``--experiment``, ``--smoke`` for a smoke run, and its parent run id."""
+    from .interrupts import command_line
+
+    words = ["mae-study", "report", study]
+    if args.out != DEFAULT_OUT:
+        words += ["--out", args.out]
+    if args.tracking_uri:
+        words += ["--tracking-uri", args.tracking_uri]
+    if args.experiment != DEFAULT_EXPERIMENT:
+        words += ["--experiment", args.experiment]
+    if args.smoke:
+        words.append("--smoke")
+    return command_line([*words, "--run", parent_run_id])
+
+
+def ui_command(tracking_uri: str) -> str:
+    """How to look at the runs: MLflow's UI on this machine for a local store, else the server."""
+    from .interrupts import command_line
+
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"open {tracking_uri} in a browser"
+    return command_line(["mlflow", "ui", "--backend-store-uri", tracking_uri, "--host", "127.0.0.1"])
+
+
 def cmd_report(args: argparse.Namespace) -> int:
-    """Reads only the MLflow store: any study that logged runs there can be reported."""
+    """Reads only the MLflow store: any study that logged runs there can be reported. The store
+    is the one ``run --out`` wrote (``--out``'s ``mlflow.db``) unless ``--tracking-uri`` names
+    another; only full runs are read, or with ``--smoke`` only smoke runs."""
     from analysis.report import write_report
 
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.study):
@@ -287,17 +326,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     bad = [f for f in formats if f not in ("png", "pdf", "svg")]
     if bad or not formats:
         raise UsageError(f"--format {args.format}: allowed formats are png, pdf, svg")
-    tracking_uri = args.tracking_uri or _default_uri(Path.cwd())
-    from .tracking import missing_sqlite_store
+    root = Path(args.out)
+    tracking_uri = args.tracking_uri or _default_uri(root)
+    from . import tracking
 
-    store = missing_sqlite_store(tracking_uri)
+    store = tracking.missing_sqlite_store(tracking_uri)
     if store is not None:
-        raise UsageError(f"no runs of study {args.study}: no MLflow store at {store} "
-                         f"(run `mae-study run {args.study}` first, or pass --tracking-uri)")
-    out = writable_folder(Path(args.out or Path("mae_runs") / args.study / "report"), "--out")
+        older = Path(tracking.STORE_FILE).resolve()  # where run put the store before --out held it
+        hint = (f"; the store in this folder is read with --tracking-uri sqlite:///{older}"
+                if older.is_file() and older != store else "")
+        raise UsageError(f"no runs of study {args.study}: no MLflow store at {store} (--out is the folder "
+                         f"`mae-study run --out` wrote, the report's own folder is --report-dir){hint}")
+    # made by write_report once the run is found: a refused report leaves no folder behind
+    out = Path(args.report_dir) if args.report_dir else study_folder(root, args.study, args.smoke) / "report"
     index = write_report(args.study, tracking_uri, out, formats=formats, experiment=args.experiment,
-                         parent_run_id=args.run)
+                         parent_run_id=args.run, smoke=args.smoke)
     print(f"report: {index}")
+    print(f"next: {ui_command(tracking_uri)}", file=sys.stderr)
     return 0
 
 
@@ -440,7 +485,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--config", help="YAML file of config keys (mae-study config --yaml writes one)")
     train.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite file in --out)")
     train.add_argument("--experiment", default="mae-study", help="MLflow experiment name")
-    train.add_argument("--out", default=".", help="folder for mlflow.db and checkpoints (default: .)")
+    train.add_argument("--out", default=".",
+                       help="folder for the MLflow store (mlflow.db, mlartifacts/) and checkpoints/ (default: .)")
     train.add_argument("--resume", action="store_true",
                        help="continue the interrupted run from its checkpoint in --out/checkpoints")
     train.add_argument("--smoke", action="store_true",
@@ -463,9 +509,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--gpus-per-trial", type=float,
                      help="a GPU's share per trial, e.g. 0.125 packs 8 trials on one GPU (default: "
                           "0 without CUDA; with CUDA, one GPU shared by the trials that fit the CPUs, at most 8)")
-    run.add_argument("--out", default="mae_runs", help="folder for Ray state (default: mae_runs)")
-    run.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite file in .)")
-    run.add_argument("--experiment", default="mae-study", help="MLflow experiment name")
+    run.add_argument("--out", default=DEFAULT_OUT,
+                     help="the output folder: the MLflow store (mlflow.db, mlartifacts/) unless --tracking-uri, "
+                          "and STUDY[-smoke]/ with study.json, Ray's state and the report (default: mae_runs)")
+    run.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///<abs --out>/mlflow.db)")
+    run.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment name")
     run.add_argument("--search", choices=("random", "optuna"),
                      help="sample keys from ranges (key=loguniform:LOW:HIGH, uniform:LOW:HIGH, "
                           "randint:LOW:HIGH, choice:A,B,...) for every arm of the grid; each sample runs "
@@ -501,12 +549,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="tables and figures of a study from MLflow")
     report.add_argument("study")
-    report.add_argument("--out", help="folder (default: mae_runs/STUDY/report)")
+    report.add_argument("--out", default=DEFAULT_OUT,
+                        help="the study's output folder, as given to run: its mlflow.db is read (default: mae_runs)")
+    report.add_argument("--report-dir", help="where the report goes (default: OUT/STUDY/report, "
+                                             "OUT/STUDY-smoke/report with --smoke)")
+    report.add_argument("--smoke", action="store_true",
+                        help="report a smoke run (without it only full runs are read; a smoke report says so)")
     report.add_argument("--format", default="png,pdf", help="figure formats: png,pdf,svg")
-    report.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite file in .)")
-    report.add_argument("--experiment", default="mae-study")
+    report.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///<abs --out>/mlflow.db)")
+    report.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
     report.add_argument("--run", metavar="PARENT_RUN_ID",
-                        help="report this run of the study (default: its newest)")
+                        help="report this run of the study (default: its newest full run, or smoke run with --smoke)")
     report.set_defaults(handler=cmd_report)
     return parser
 
@@ -533,12 +586,21 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
+def quiet_libraries() -> None:
+    """No library chatter on the console, unless the user set these variables: Ray's usage
+    statistics and its token-authentication notice, MLflow's schema creation lines. Set before
+    Ray or MLflow start, so Ray's workers inherit them."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local Ray of our own: no token, no notice
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a report's downloads
     # MLflow sets its own level on import; the variable keeps schema-creation chatter away
     # from this process and from Ray's workers, which inherit it.
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    quiet_libraries()
     try:
         parser = build_parser()
         args = _parse(parser, argv)

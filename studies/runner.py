@@ -38,6 +38,7 @@ from . import lifecycle, tracking
 from .lifecycle import RayCheckpoints
 from .search import SearchSpec
 from .study import Study, cell_id, trial_keys, without_keys, zip_space_key
+from .summary import log_study_summary
 
 STATE_FILE = "study.json"  # in the study's output folder: parent run id, Ray folder, grid
 
@@ -273,19 +274,17 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
     config = Config(**keys)
     client = MlflowClient(tracking_uri)
     identity = {**keys, "ray_trial_id": tune.get_context().get_trial_id()} if search else keys
+    cell = cell_id(identity)
     run_id = lifecycle.run_for_cell(client, tracking_uri=tracking_uri, experiment=experiment,
-                                    parent_run_id=parent_run_id, cell=cell_id(identity),
-                                    run_name=trial_run_name(config), tags={"study": study_name})
-    run = client.get_run(run_id)
-    if run.info.status == "FINISHED":
+                                    parent_run_id=parent_run_id, cell=cell)
+    if run_id is not None and (run := client.get_run(run_id)).info.status == "FINISHED":
         # The driver died after this trial finished but before Ray recorded it: do not run it again.
         tune.report({"step": config.steps, "diverged": 0.0, **run.data.metrics})
         return
     context = ray.get_runtime_context()
-    tracking.set_tags(client, run_id, {"ray_node_id": context.get_node_id(),
-                                       "ray_gpu_ids": ",".join(context.get_accelerator_ids().get("GPU", [])),
-                                       "ray_trial_id": tune.get_context().get_trial_id(),
-                                       "ray_worker_pid": os.getpid()})
+    tags = {"study": study_name, "cell_id": cell, "ray_node_id": context.get_node_id(),
+            "ray_gpu_ids": ",".join(context.get_accelerator_ids().get("GPU", [])),
+            "ray_trial_id": tune.get_context().get_trial_id(), "ray_worker_pid": str(os.getpid())}
     checkpoints = RayCheckpoints()
     checkpoints.restore()
     last = {"train_loss": float("nan")}
@@ -296,7 +295,8 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
 
     try:
         outcome = run_trial(config, prepare_data(config), tracking_uri=tracking_uri, experiment=experiment,
-                            run_id=run_id, checkpoint_path=checkpoints.path,
+                            run_id=run_id, run_name=trial_run_name(config), parent_run_id=parent_run_id,
+                            tags=tags, checkpoint_path=checkpoints.path,
                             on_progress=lambda step, metrics: last.update(metrics), on_checkpoint=on_checkpoint)
     except NonFiniteError as error:
         # Fails alone, with its reason in MLflow (run_trial marked it); Ray must not retry it.
@@ -383,6 +383,8 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None, interruption=
         raise StudyInterrupted(state, reason)
     errored = sum(1 for r in results if r.error is not None)
     diverged = sum(1 for r in results if (r.metrics or {}).get("diverged") == 1.0)
+    log_study_summary(client, state["parent_run_id"], experiment_id, plan.cells,
+                      [axis for axis in plan.axes if axis != "seed"], plan.reference)
     client.set_terminated(state["parent_run_id"], "FAILED" if errored else "FINISHED")
     state.pop("interrupted", None)
     state.update(trials=len(results), errored=errored, diverged=diverged, complete=errored == 0)

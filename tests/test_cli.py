@@ -119,6 +119,7 @@ def test_bad_input_is_one_line_and_exit_2(args, words, bad_files, tmp_path, monk
     assert "Traceback" not in err
     assert words in lines[0]
     assert not (tmp_path / "mlflow.db").exists(), "no MLflow store is created for bad input"
+    assert not (tmp_path / "mae_runs" / "mlflow.db").exists(), "nor in run's --out folder"
     assert not ray.is_initialized(), "Ray never started"
 
 

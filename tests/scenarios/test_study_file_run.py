@@ -22,7 +22,7 @@ def test_a_two_axis_study_file_runs_in_smoke_mode(tmp_path):
     done = subprocess.run([sys.executable, "-m", "studies.cli", "run", "depth_x_ratio.yaml", "--smoke"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mae_runs/mlflow.db")  # run's --out holds the store
     runs = mlflow.search_runs(experiment_names=["mae-study"], filter_string="tags.study = 'depth_x_ratio'")
     children = runs[runs["tags.mlflow.parentRunId"].notna()]
     assert len(children) == 4 and set(children["status"]) == {"FINISHED"}
