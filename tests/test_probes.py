@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -421,6 +423,19 @@ def _module_at_main(path: str, name: str, monkeypatch) -> object:
     return module
 
 
+@dataclasses.dataclass(frozen=True)
+class _MainPatchData:
+    """``PatchData`` as main's probes knew it (float patches as fields; since then the images are
+    stored as bytes and the patches made on first read)."""
+    train_patches: torch.Tensor
+    train_labels: torch.Tensor
+    test_patches: torch.Tensor
+    test_labels: torch.Tensor
+    image_shape: tuple[int, int, int]
+    patch_size: int
+    train_test_duplicates: int = 0
+
+
 @pytest.mark.parametrize("class_token", [False, True])
 def test_default_settings_reproduce_mains_metrics_bitwise(class_token, monkeypatch):
     """The new keys at their defaults (features auto, logreg head, no layer decay, constant step
@@ -432,11 +447,13 @@ def test_default_settings_reproduce_mains_metrics_bitwise(class_token, monkeypat
     config = Config(**{**TINY, "class_token": class_token, "eval.linear_cs": "0.1,1", "eval.knn_ks": "5,10",
                        "eval.fewshot_draws": 2, "eval.finetune_steps": 6, "eval.finetune_blocks": 1})
     data = prepare_data(config)
+    main_data = _MainPatchData(data.train_patches, data.train_labels, data.test_patches, data.test_labels,
+                               data.image_shape, data.patch_size, data.train_test_duplicates)
     results = []
-    for build, probe_metrics_of in ((old_models.build_model, old_probes.probe_metrics),
-                                    (build_model, probe_metrics)):
+    for build, probe_metrics_of, given in ((old_models.build_model, old_probes.probe_metrics, main_data),
+                                           (build_model, probe_metrics, data)):
         torch.manual_seed(3)
-        results.append(probe_metrics_of(build(config), config, data))
+        results.append(probe_metrics_of(build(config), config, given))
     old, new = results
     assert "partial_finetune_acc" in new and "scratch_best_finetune_acc" in new
     assert new == old
