@@ -85,8 +85,10 @@ class EvalConfig(BaseModel):
     # few-shot probe keeps logistic regression (BatchNorm statistics of a few images per class).
     linear_head: Literal["logreg", "bn_linear"] = Field(
         "logreg", description="linear probe head: logreg (C from linear_cs) | bn_linear (MAE: BatchNorm + linear, SGD)")
+    # MAE's 0.1 is LARS's (a step relative to each weight's norm); plain SGD on BatchNorm-ed
+    # features chose 1.0 on digits, so the grid reaches past it.
     bn_linear_lrs: tuple[float, ...] = Field(
-        (0.01, 0.1, 1.0), description="bn_linear: SGD base step sizes tried, per 256 images (actual = lr·batch/256)")
+        (0.01, 0.1, 1.0, 10.0), description="bn_linear: SGD base step sizes tried, per 256 images (actual = lr·batch/256)")
     bn_linear_epochs: int = Field(90, ge=1, description="bn_linear: passes over the training split (MAE: 90)")
     bn_linear_warmup_epochs: int = Field(
         10, ge=0, description="bn_linear: epochs of linear warm-up before the cosine decay (MAE: 10)")

@@ -94,7 +94,7 @@ def test_a_trial_logs_its_baselines_and_trust_metrics(tmp_path):
     assert params["eval.linear_cs"] == "(0.01, 0.1, 1.0, 10.0, 100.0)"
     # the paper's probe and fine-tuning keys, at their defaults (today's probes and fine-tuning)
     assert (params["eval.features"], params["eval.linear_head"], params["eval.bn_linear_lrs"]) == (
-        "auto", "logreg", "(0.01, 0.1, 1.0)")
+        "auto", "logreg", "(0.01, 0.1, 1.0, 10.0)")
     assert (params["eval.finetune_layer_decay"], params["eval.finetune_warmup_fraction"],
             params["eval.finetune_schedule"]) == ("1.0", "0.0", "constant")
     assert {f"eval.{key}" for key in EvalConfig.model_fields} <= set(params)
