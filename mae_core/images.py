@@ -24,7 +24,7 @@ import torch
 # folders, uint8 npz); digits hold 0..16, scaled by 1/16 (exact in float32)
 BYTE_VALUES = np.arange(256, dtype=np.uint8) / np.float32(255)  # [256] float32
 SIXTEENTHS = (np.arange(256, dtype=np.float64) / 16.0).astype(np.float32)  # [256]
-CHUNK_BYTES = 32 * 2**20  # stored bytes converted at a time when a whole split is read
+CHUNK_BYTES = 8 * 2**20  # stored bytes read at a time when a whole split is (32 MB as float32)
 
 
 class ImageSource(Protocol):
@@ -105,12 +105,12 @@ class ImageStore:
         """Stored values [..] -> float32 [..] through the table (float32 passes through)."""
         return stored if self.table is None else self.table[stored]
 
-    def chunks(self, nbytes: int = CHUNK_BYTES) -> Iterator[tuple[int, np.ndarray]]:
-        """(offset, stored values [b, C, H, W]) over the whole store, about ``nbytes`` at a time."""
+    def chunks(self, nbytes: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """(offset, stored values [b, C, H, W]) over the whole store, about ``nbytes`` (default
+        CHUNK_BYTES) at a time; slices of an in-memory source are views, not copies."""
+        nbytes = CHUNK_BYTES if nbytes is None else nbytes
         per_image = max(1, int(np.prod(self.image_shape)) * np.dtype(self.source.dtype).itemsize)
         step = max(1, nbytes // per_image)
-        if not self.on_disk and self.rows is None:
-            step = max(step, len(self))  # already in memory: one piece, no copy
         for start in range(0, len(self), step):
             stop = min(len(self), start + step)
             if not self.on_disk and self.rows is None:

@@ -7,6 +7,8 @@ retried trial finds them there and logs nothing again.
 * Inputs: the training and test splits the trial used, each a NumPy dataset named by the
   ``dataset`` key with a SHA-256 digest of its whole content (patches and labels; MLflow's own
   digest reads only the first 10,000 values), so two runs on the same data show the same digest.
+  The digest is made a chunk at a time from the stored images (bytes), so logging the inputs
+  before training never holds the splits as float32.
 * Model: :class:`mae_core.models.FeatureEncoder` (patches ``[B,M,q]`` -> features ``[B,F]``),
   with its signature, saved with cloudpickle (MLflow's default ``pt2`` format traces the model
   with ``torch.export``: about 20x slower per trial here) and with ``mae_core`` as its code, so
@@ -25,7 +27,9 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from mae_core.config import Config
+from mae_core.images import ImageStore
 from mae_core.models import feature_encoder
+from mae_core.patches import patchify
 from mae_core.train import PatchData
 
 from . import tracking
@@ -40,10 +44,32 @@ def content_digest(*arrays: torch.Tensor | np.ndarray) -> str:
     """SHA-256 over every array's dtype, shape and bytes, in order (the whole content)."""
     sha = hashlib.sha256()
     for array in arrays:
-        values = np.ascontiguousarray(array.detach().cpu().numpy() if isinstance(array, torch.Tensor) else array)
-        sha.update(f"{values.dtype}{values.shape}".encode())
-        sha.update(values.tobytes())
+        _hash_array(sha, array)
     return sha.hexdigest()[:DIGEST_CHARS]
+
+
+def _hash_array(sha, array: torch.Tensor | np.ndarray) -> None:
+    values = np.ascontiguousarray(array.detach().cpu().numpy() if isinstance(array, torch.Tensor) else array)
+    sha.update(f"{values.dtype}{values.shape}".encode())
+    sha.update(values.tobytes())
+
+
+def split_digest(images: ImageStore, labels: torch.Tensor, patch_size: int) -> str:
+    """``content_digest(patches, labels)`` of a split's float32 patches ``[N,M,q]``, made a chunk
+    of stored images at a time: the trial never holds the split as floats before it trains."""
+    sha = hashlib.sha256()
+    sha.update(f"{np.dtype(np.float32)}{_patch_shape(images, patch_size)}".encode())
+    for _, stored in images.chunks():
+        floats = torch.from_numpy(np.ascontiguousarray(images.to_float(stored)))
+        sha.update(np.ascontiguousarray(patchify(floats, patch_size).numpy()).tobytes())
+    _hash_array(sha, labels)
+    return sha.hexdigest()[:DIGEST_CHARS]
+
+
+def _patch_shape(images: ImageStore, patch_size: int) -> tuple[int, int, int]:
+    """(N, M, q) of a split's patches."""
+    channels, height, width = images.image_shape
+    return len(images), (height // patch_size) * (width // patch_size), patch_size ** 2 * channels
 
 
 def _source(spec: str):
@@ -69,10 +95,13 @@ def log_dataset_inputs(client: MlflowClient, run_id: str, config: Config, data: 
 
     if client.get_run(run_id).inputs.dataset_inputs:
         return  # logged by an earlier attempt of this run
-    for context, patches, labels in (("train", data.train_patches, data.train_labels),
-                                     ("test", data.test_patches, data.test_labels)):
-        dataset = from_numpy(patches.numpy(), targets=labels.numpy(), source=_source(config.dataset),
-                             name=config.dataset, digest=content_digest(patches, labels))
+    for context, images, labels in (("train", data.train_images, data.train_labels),
+                                    ("test", data.test_images, data.test_labels)):
+        # MLflow reads only the features' shape and dtype when the digest is given: a stand-in
+        # of one broadcast value describes the float patches without making them
+        features = np.broadcast_to(np.float32(0), _patch_shape(images, data.patch_size))
+        dataset = from_numpy(features, targets=labels.numpy(), source=_source(config.dataset),
+                             name=config.dataset, digest=split_digest(images, labels, data.patch_size))
         mlflow.log_input(dataset, context=context)
 
 

@@ -66,3 +66,22 @@ def test_the_encoder_and_the_splits_are_logged_once_to_the_active_run(tmp_path):
     loaded = mlflow.pytorch.load_model(f"models:/{model_id}")
     with torch.no_grad():
         torch.testing.assert_close(loaded(data.test_patches[:3]), model.features(data.test_patches[:3]))
+
+
+def test_logging_the_inputs_makes_no_float_copy_of_the_splits(tmp_path, monkeypatch):
+    import json
+
+    from mae_core import images
+
+    monkeypatch.setattr(images, "CHUNK_BYTES", 64 * 100)  # digits: 100 images a chunk, 15 chunks
+    config = tiny_config(train_limit=None, test_limit=None)
+    data = prepare_data(config)
+    uri, client, run_id = _run(tmp_path)
+    with tracking.fluent_run(uri, run_id=run_id, system_metrics=False):
+        logged.log_dataset_inputs(client, run_id, config, data)
+    assert "train_patches" not in vars(data) and "test_patches" not in vars(data)  # never made
+    inputs = {next(t.value for t in i.tags if t.key == "mlflow.data.context"): i.dataset
+              for i in client.get_run(run_id).inputs.dataset_inputs}
+    assert inputs["train"].digest == logged.content_digest(data.train_patches, data.train_labels)
+    assert inputs["test"].digest == logged.content_digest(data.test_patches, data.test_labels)
+    assert json.loads(inputs["train"].profile)["features_shape"] == list(data.train_patches.shape)
