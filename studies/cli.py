@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import re
+import shlex
 import sys
 import textwrap
 from contextlib import nullcontext, redirect_stdout
@@ -210,7 +211,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_concurrent=args.max_concurrent, cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=(args.gpus_per_trial if args.gpus_per_trial is not None
                         else default_gpus_per_trial(len(plan.cells), args.cpus_per_trial, args.address)),
-        scheduler=args.scheduler,
+        scheduler=args.scheduler, command=shlex.join(["mae-study", *args.argv]),
     )
 
     from .interrupts import EXIT_INTERRUPTED, Interruption, sigterm_as_sigint
