@@ -202,19 +202,20 @@ def seed_note(frame: pd.DataFrame, by: Sequence[str]) -> str:
 # ------------------------------------------------------------------------------- layout
 
 
-def _grid(panels: int, width: float, legend: bool) -> tuple[Figure, list, int]:
+def _grid(panels: int, width: float, legend: bool) -> tuple[Figure, list, tuple[float, float]]:
     """Panels in rows at ``width`` inches: one column of up to two stacked panels (as MAE
-    Figure 5) or two per row at column width; up to four per row at full width."""
+    Figure 5) or two per row at column width; up to four per row at full width. Returns the
+    figure, its axes and one panel's (width, height) in inches."""
     narrow = width < 4.0
     ncols = 1 if narrow and panels <= 2 else min(panels, 2 if narrow else 4)
     nrows = math.ceil(panels / ncols)
-    panel_height = min(2.3, max(1.6, 0.75 * width / ncols))
+    panel_height = min(2.3, max(1.8, 0.75 * width / ncols))
     fig = plt.figure(figsize=(width, nrows * panel_height + (_LEGEND_ROOM if legend else 0)),
                      layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel().tolist()
     for extra in axes[panels:]:
         extra.remove()
-    return fig, axes[:panels], ncols
+    return fig, axes[:panels], (width / ncols, panel_height)
 
 
 def _legend(fig: Figure, handles: list, labels: list, title: str | None = None, where: str = "lower") -> None:
@@ -226,9 +227,9 @@ def _legend(fig: Figure, handles: list, labels: list, title: str | None = None, 
                frameon=False, title=title)
 
 
-def _wrap(text: str, inches: float) -> str:
-    """Break a tick label that would not fit ``inches`` at 7 pt (≈ 3.6 pt per character)."""
-    chars = max(6, int(inches * 72 / 3.6))
+def _wrap(text: str, inches: float, points: float = 7.0) -> str:
+    """Break a label that would not fit ``inches`` at ``points`` (≈ 0.52 em per character)."""
+    chars = max(6, int(inches * 72 / (0.52 * points)))
     return textwrap.fill(text, chars) if len(text) > chars else text
 
 
@@ -303,10 +304,10 @@ def _continuous_spans(values: list[float]) -> dict:
 
 
 def _draw_panel(ax, data: pd.DataFrame, axis: str, metric: str, hue: str | None,
-                baselines: Sequence[str], panel_width: float) -> list[tuple]:
+                baselines: Sequence[str], panel: tuple[float, float]) -> list[tuple]:
     """``metric`` against ``axis``: seeds as points, means with 95% intervals, baselines as
     bands. Returns the legend entries ``(handle, label, group)`` it drew."""
-    ax.set_xlabel(axis_label(axis))
+    ax.set_xlabel(_wrap(axis_label(axis), 0.7 * panel[0], FONT_SIZES["axes.labelsize"]))
     if not _has(data, metric):
         ax.text(0.5, 0.5, f"{metric}\nnot logged", ha="center", va="center", transform=ax.transAxes)
         return []
@@ -364,10 +365,11 @@ def _draw_panel(ax, data: pd.DataFrame, axis: str, metric: str, hue: str | None,
         if len(ticks) <= 8:
             ax.set_xticks(ticks, [format(t, "g") for t in ticks])
     else:
-        slot = panel_width * 0.8 / max(1, len(order))
+        slot = panel[0] * 0.8 / max(1, len(order))
         ax.set_xticks(list(positions.values()), [_wrap(value_text(axis, v), slot) for v in order])
         ax.set_xlim(-0.5, len(order) - 0.5)
-    ax.set_ylabel(metric_label(metric, data))
+    # a label longer than the axes is tall (a column's stacked panels) breaks into two lines
+    ax.set_ylabel(_wrap(metric_label(metric, data), 0.6 * panel[1], FONT_SIZES["axes.labelsize"]))
     if scale == 100.0:  # an accuracy: never beyond [0, 100], whatever the margins say
         low, high = ax.get_ylim()
         ax.set_ylim(max(low, 0.0), min(high, 100.0))
@@ -395,11 +397,10 @@ def metric_vs_axis(frame: pd.DataFrame, axis: str, metrics: Sequence[str], *,
     inches = _width(width)
     present = [b for m in metrics for b in BASELINES.get(m, ())]
     with _styled():
-        fig, axes, ncols = _grid(len(metrics), inches, legend=bool(hue) or any(_has(data, b) for b in present))
-        panel_width = inches / ncols
+        fig, axes, panel = _grid(len(metrics), inches, legend=bool(hue) or any(_has(data, b) for b in present))
         entries = []
         for ax, metric in zip(axes, metrics):
-            entries += _draw_panel(ax, data, axis, metric, hue, BASELINES.get(metric, ()), panel_width)
+            entries += _draw_panel(ax, data, axis, metric, hue, BASELINES.get(metric, ()), panel)
         _finish_legends(fig, entries, hue)
     return fig
 

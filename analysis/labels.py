@@ -33,10 +33,17 @@ SETTING_NAMES = {
     "corruption_level": "corruption level", "lr": "learning rate", "batch_size": "batch size",
 }
 
+# The first column's head in a table, as MAE Table 1 writes it (its sub-caption names the setting).
+TABLE_HEADS = {
+    "decoder_depth": "blocks", "encoder_depth": "blocks", "decoder_width": "dim", "encoder_width": "dim",
+    "mask_ratio": "ratio", "effective_mask_ratio": "ratio", "steps": "updates", "target": "case",
+    "mask_sampling": "case", "mask_token_in_encoder": "case", "objective": "case",
+}
+
 # Values that read badly as Python: booleans and internal names (MAE Table 1c and 1d's words).
 VALUE_LABELS: dict[str, dict[Any, str]] = {
     "mask_token_in_encoder": {False: "not in encoder", True: "in encoder"},
-    "target": {"raw": "pixels (w/o norm)", "norm": "pixels (w/ norm)", "norm_eps": "pixels (w/ norm + ε)"},
+    "target": {"raw": "pixel (w/o norm)", "norm": "pixel (w/ norm)", "norm_eps": "pixel (w/ norm+ε)"},
     "objective": {"mae": "MAE", "dae": "DAE", "ae": "AE"},
     "class_token": {False: "avg. pool", True: "class token"},
     "corruption": {None: "none", "none": "none", "salt_pepper": "salt & pepper"},
@@ -51,7 +58,9 @@ BASELINE_ROWS = {
                     "probe_fewshot_acc": "random_probe_fewshot_acc", "probe_knn_acc": "random_probe_knn_acc"},
     "raw pixels": {"probe_linear_acc": "pixel_probe_linear_acc", "probe_fewshot_acc": "pixel_probe_fewshot_acc",
                    "probe_knn_acc": "pixel_probe_knn_acc"},
-    "from scratch (tuned length)": {"finetune_acc": "scratch_best_finetune_acc"},
+    # trained from random init for the length best on validation (the random-init row's
+    # fine-tune ran the same length as the pretrained models')
+    "from scratch": {"finetune_acc": "scratch_best_finetune_acc"},
 }
 
 
@@ -63,6 +72,12 @@ def axis_label(axis: str) -> str:
 def setting_name(axis: str) -> str:
     """A sub-table title without unit: ``mask_token_in_encoder`` -> "mask token"."""
     return SETTING_NAMES.get(axis, axis.replace("_", " "))
+
+
+def table_head(axes) -> str:
+    """The head of a table's setting column: MAE's word for one axis, the names for several."""
+    axes = list(axes)
+    return TABLE_HEADS.get(axes[0], setting_name(axes[0])) if len(axes) == 1 else ", ".join(map(setting_name, axes))
 
 
 def value_text(axis: str | None, value: Any) -> str:

@@ -25,7 +25,7 @@ import pandas as pd
 
 from .figures import levels, x_column
 from .intervals import LEVEL, Interval, mean_interval
-from .labels import BASELINE_ROWS, TABLE_COLUMNS, setting_name, value_text
+from .labels import BASELINE_ROWS, TABLE_COLUMNS, setting_name, table_head, value_text
 
 PACKAGES = (r"\usepackage{booktabs}", r"\usepackage[table]{xcolor}")
 REFERENCE_SHADE = "gray!15"
@@ -162,7 +162,7 @@ def _number(interval: Interval | None) -> tuple[str, str]:
 def tabular(table: StudyTable) -> str:
     """The ``tabular`` alone (booktabs rules, the reference row shaded, baselines in italics)."""
     spec = "@{}l" + "".join(r"r@{\,}l" for _ in table.columns) + "@{}"
-    head = " & ".join([tex(table.title)] + [rf"\multicolumn{{2}}{{c}}{{{tex(TABLE_COLUMNS[m])}}}"
+    head = " & ".join([tex(table_head(table.axes) if table.axes else "")] + [rf"\multicolumn{{2}}{{c}}{{{tex(TABLE_COLUMNS[m])}}}"
                                              for m in table.columns]) + r" \\"
     most = max((r.n for r in table.rows if not r.baseline), default=0)
     lines = [rf"\begin{{tabular}}{{{spec}}}", r"\toprule", head, r"\midrule"]
@@ -195,7 +195,9 @@ def caption(table: StudyTable) -> str:
     setup = f" {'; '.join(table.notes)}." if table.notes else ""
     return (f"{table.title.capitalize()} ablation ({table.study}):{setup} Test accuracy (%) of "
             f"{what}: mean over {table.seeds_text()} ± the half-width of its {LEVEL:.0%} "
-            f"t-interval; {_reference_text(table)}; italic: baselines.{mirrors}")
+            f"t-interval; {_reference_text(table)}; italic: baselines (random init: the same "
+            f"evaluations of an untrained encoder; from scratch: trained from random init for the "
+            f"length best on validation).{mirrors}")
 
 
 def study_latex(table: StudyTable, *, wide: bool | None = None) -> str:

@@ -18,6 +18,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 
+from .figures import levels
 from .labels import value_text
 
 # (param, how it reads) of the model, in the order a methods section states them.
@@ -56,8 +57,8 @@ def _constant_or_range(frame: pd.DataFrame, key: str, fmt: str = "{}") -> str | 
         return None
     if len(values) == 1:
         return fmt.format(value_text(key, values[0]))
-    shown = ", ".join(value_text(key, v) for v in sorted(values, key=str))
-    return f"{fmt.format('')} varies: {shown}".strip()
+    shown = ", ".join(value_text(key, v) for v in levels(pd.Series(values), key))
+    return f"{fmt.format('').strip()} varies: {shown}"
 
 
 def _model(frame: pd.DataFrame) -> str:

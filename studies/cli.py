@@ -244,6 +244,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Reads only the MLflow store: any study that logged runs there can be reported."""
     from analysis.report import write_report
 
+    if args.paper:
+        return _report_paper(args)
+    if args.study is None:
+        raise UsageError("report needs a STUDY (or --paper STUDY[=STORE] ... for MAE Table 1 over several)")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.study):
         raise UsageError(f"study name {args.study!r}: use letters, digits, '_', '-' and '.' only")
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
@@ -261,6 +265,34 @@ def cmd_report(args: argparse.Namespace) -> int:
     index = write_report(args.study, tracking_uri, out, formats=formats, experiment=args.experiment,
                          parent_run_id=args.run)
     print(f"report: {index}")
+    return 0
+
+
+def _report_paper(args: argparse.Namespace) -> int:
+    """``report --paper STUDY[=STORE] ...``: one MAE Table 1 (a sub-table per study, in the
+    order given) and Figure 5, each study from its own store or from --tracking-uri."""
+    from analysis.paper import parse_sources, write_paper
+
+    if args.study is not None:
+        raise UsageError(f"report {args.study} --paper: name every study after --paper "
+                         f"(mae-study report --paper {args.study} ...)")
+    if args.run is not None:
+        raise UsageError("--run picks one run of one study; --paper reads each study's newest run")
+    formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
+    if not formats or any(f not in ("png", "pdf", "svg") for f in formats):
+        raise UsageError(f"--format {args.format}: allowed formats are png, pdf, svg")
+    sources = parse_sources(args.paper, args.tracking_uri or _default_uri(Path.cwd()))
+    from .tracking import missing_sqlite_store
+
+    for source in sources:
+        store = missing_sqlite_store(source.tracking_uri)
+        if store is not None:
+            raise UsageError(f"no runs of study {source.study}: no MLflow store at {store} "
+                             f"(give it as {source.study}=STORE, or pass --tracking-uri)")
+    out = writable_folder(Path(args.out or Path("mae_runs") / "paper"), "--out")
+    paths = write_paper(sources, out, formats=formats, experiment=args.experiment)
+    print("paper: " + ", ".join(str(p) for p in paths))
+    print(f"next: cd {shlex.quote(str(out))} && pdflatex paper_preview.tex")
     return 0
 
 
@@ -454,7 +486,10 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(handler=cmd_list)
 
     report = commands.add_parser("report", help="tables and figures of a study from MLflow")
-    report.add_argument("study")
+    report.add_argument("study", nargs="?")
+    report.add_argument("--paper", nargs="+", metavar="STUDY[=STORE]",
+                        help="MAE Table 1 with a sub-table per study (in this order) and Figure 5; "
+                             "STORE: a tracking URI, an mlflow.db or its folder (default: --tracking-uri)")
     report.add_argument("--out", help="folder (default: mae_runs/STUDY/report)")
     report.add_argument("--format", default="png,pdf", help="figure formats: png,pdf,svg")
     report.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite file in .)")
