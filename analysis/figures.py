@@ -67,7 +67,6 @@ BASELINES = {m.name: tuple(b for b in (m.reference, *m.baselines) if b) for m in
 # How each baseline band looks (its name is the metric's reference_name, else "random init").
 BASELINE_STYLES = {
     "random init": {"color": "0.45", "ls": "--"},
-    "from scratch": {"color": "0.45", "ls": "--"},  # the random-init model, fine-tuned
     "raw pixels": {"color": "#a6761d", "ls": ":"},
     "from scratch (tuned length)": {"color": "#7570b3", "ls": "-."},
     "mean-pixel baseline": {"color": "0.45", "ls": "--"},
@@ -247,7 +246,9 @@ def _bounds(metric: str, scale: float) -> tuple[float, float]:
 
 
 def _baseline_name(metric: str) -> str:
-    return REFERENCE_NAMES.get(metric, "random init")
+    """A band's legend name: every ``random_*`` metric is the same evaluation of the random-init
+    model (its fine-tuning too), so one name and one style serve every panel."""
+    return "random init" if metric.startswith("random_") else REFERENCE_NAMES.get(metric, metric)
 
 
 def _seed_values(data: pd.DataFrame, column: str) -> pd.Series:
@@ -350,14 +351,15 @@ def _draw_panel(ax, data: pd.DataFrame, axis: str, metric: str, hue: str | None,
             x = position + offset
             # categories: seeds side by side (deterministic), so equal values stay visible
             jitter = np.zeros(len(y)) if continuous else 0.12 * (np.arange(len(y)) / max(1, len(y) - 1) - 0.5)
-            ax.scatter(x + jitter, y, s=9, color=colour, alpha=0.45, lw=0, zorder=2)
+            # unclipped: a seed at exactly 100% sits on the axes' edge and stays whole
+            ax.scatter(x + jitter, y, s=9, color=colour, alpha=0.45, lw=0, zorder=2, clip_on=False)
             interval = mean_interval(y, bounds)
             xs.append(x), means.append(interval.mean)
             lows.append(interval.mean - interval.low if interval.low == interval.low else 0.0)
             highs.append(interval.high - interval.mean if interval.high == interval.high else 0.0)
         if xs:
             ax.errorbar(xs, means, yerr=[lows, highs], fmt="o-" if ordered else "o", ms=3.5, lw=1.0,
-                        color=colour, zorder=3, elinewidth=1.0)
+                        color=colour, zorder=3, elinewidth=1.0, clip_on=False)
             if hue:
                 entries.append((Line2D([], [], color=colour, marker="o", ms=3.5), value_text(hue, h), "hue"))
     if continuous:
@@ -369,7 +371,7 @@ def _draw_panel(ax, data: pd.DataFrame, axis: str, metric: str, hue: str | None,
         ax.set_xticks(list(positions.values()), [_wrap(value_text(axis, v), slot) for v in order])
         ax.set_xlim(-0.5, len(order) - 0.5)
     # a label longer than the axes is tall (a column's stacked panels) breaks into two lines
-    ax.set_ylabel(_wrap(metric_label(metric, data), 0.6 * panel[1], FONT_SIZES["axes.labelsize"]))
+    ax.set_ylabel(_wrap(metric_label(metric, data), 0.72 * panel[1], FONT_SIZES["axes.labelsize"]))
     if scale == 100.0:  # an accuracy: never beyond [0, 100], whatever the margins say
         low, high = ax.get_ylim()
         ax.set_ylim(max(low, 0.0), min(high, 100.0))
@@ -541,7 +543,7 @@ def png_bytes(fig: Figure) -> bytes:
 def interval_note() -> str:
     """What the marks of every figure mean, for a caption."""
     return (f"small points are seeds; large markers their mean with its {LEVEL:.0%} t-interval over "
-            f"seeds; bands are baselines (mean and {LEVEL:.0%} interval over seeds)")
+            f"seeds; bands are baselines, their mean and {LEVEL:.0%} interval over seeds")
 
 
 def close(fig: Figure) -> None:

@@ -6,8 +6,10 @@ fine-tune | linear | few-shot | kNN accuracy on the test split in %, to one deci
 over seeds, with ± the half-width of its 95% t-interval (:mod:`analysis.intervals`) in small
 type. The reference row (the study's ``reference``) is shaded.
 
-Decimal alignment without siunitx: every number has exactly one decimal, so a right-aligned
-mean column lines its points up; the ± sits in its own left-aligned column (``r@{\\,}l``).
+Decimal alignment without siunitx: every number has exactly one decimal and every ± part is
+padded to one width (``\\hphantom``), so a right-aligned column lines the means' points up. (A
+separate ± column, ``r@{}l``, would be simpler, but colortbl's row shading then paints over the
+mean's last digit.)
 Packages: :data:`PACKAGES` (booktabs; xcolor with its ``table`` option for ``\\rowcolor``),
 both in TeX Live's ``latex-recommended`` set.
 """
@@ -151,19 +153,30 @@ def _notes(finished: pd.DataFrame) -> list[str]:
 
 
 def _number(interval: Interval | None) -> tuple[str, str]:
-    """(mean, ± part) cells: "84.2", "{\\scriptsize$\\pm$0.8}"; "--" and "" when missing."""
+    """(mean, ± text) to one decimal: "84.2", "0.8"; "--" and "" when missing."""
     if interval is None or interval.mean != interval.mean:
         return "--", ""
-    spread = "" if interval.half_width != interval.half_width else \
-        rf"{{\scriptsize$\pm${interval.half_width:.1f}}}"
+    spread = "" if interval.half_width != interval.half_width else f"{interval.half_width:.1f}"
     return f"{interval.mean:.1f}", spread
+
+
+def _cell(interval: Interval | None, digits: int) -> str:
+    """One number cell: the mean, then ± in small type padded to ``digits`` integer digits (a
+    phantom where there is no interval), so every cell's ± part has the same width."""
+    mean, spread = _number(interval)
+    pad = digits - len(spread.split(".")[0]) if spread else 0
+    text = rf"$\pm${spread}" + (rf"\hphantom{{{'0' * pad}}}" if pad > 0 else "") if spread else \
+        rf"\hphantom{{$\pm${'0' * digits}.0}}"
+    return rf"{mean}\,{{\scriptsize {text}}}"
 
 
 def tabular(table: StudyTable) -> str:
     """The ``tabular`` alone (booktabs rules, the reference row shaded, baselines in italics)."""
-    spec = "@{}l" + "".join(r"r@{\,}l" for _ in table.columns) + "@{}"
-    head = " & ".join([tex(table_head(table.axes) if table.axes else "")] + [rf"\multicolumn{{2}}{{c}}{{{tex(TABLE_COLUMNS[m])}}}"
-                                             for m in table.columns]) + r" \\"
+    spec = "@{}l" + "r" * len(table.columns) + "@{}"
+    head = " & ".join([tex(table_head(table.axes) if table.axes else "")]
+                      + [rf"\multicolumn{{1}}{{c}}{{{tex(TABLE_COLUMNS[m])}}}" for m in table.columns]) + r" \\"
+    spreads = [_number(v)[1] for r in table.rows for v in r.values.values()]
+    digits = max((len(x.split(".")[0]) for x in spreads if x), default=1)
     most = max((r.n for r in table.rows if not r.baseline), default=0)
     lines = [rf"\begin{{tabular}}{{{spec}}}", r"\toprule", head, r"\midrule"]
     baseline_started = False
@@ -176,7 +189,7 @@ def tabular(table: StudyTable) -> str:
             name = rf"\textit{{{name}}}"
         elif row.n < most:  # fewer seeds finished here: say how many
             name += rf" {{\scriptsize(n={row.n})}}"
-        cells = [part for m in table.columns for part in _number(row.values.get(m))]
+        cells = [_cell(row.values.get(m), digits) for m in table.columns]
         shade = rf"\rowcolor{{{REFERENCE_SHADE}}}" if row.reference else ""
         lines.append(shade + " & ".join([name, *cells]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]

@@ -268,7 +268,8 @@ def test_baselines_are_bands_with_their_names_in_the_legend(frames):
     fig = figures.metric_vs_axis(frames["decoder_depth"], "decoder_depth", ["probe_linear_acc", "finetune_acc"])
     try:
         labels = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
-        assert {"random init", "raw pixels", "from scratch", "from scratch (tuned length)"} <= set(labels)
+        # one name per baseline: fine-tuning a random init is "random init" like its probes
+        assert labels == ["random init", "raw pixels", "from scratch (tuned length)"]
         linear = fig.axes[0]
         # random init and raw pixels do not depend on the decoder: one band each across the axes
         spans = [_patch_ys(p) for p in linear.patches if np.ptp(_patch_ys(p)) > 0]
@@ -365,16 +366,21 @@ def test_a_study_table_is_mae_table_1(frames, stores):
     latex = paper_table.study_latex(table)
     assert latex.count(r"\label{") == 1 and re.search(r"\\label\{tab:decoder_depth-[0-9a-f]{7}\}", latex)
     rows = [line for line in latex.splitlines() if line.endswith(r"\\")]
-    assert rows[0].startswith("blocks & \\multicolumn{2}{c}{fine-tune} & \\multicolumn{2}{c}{linear}")
+    assert rows[0] == ("blocks & \\multicolumn{1}{c}{fine-tune} & \\multicolumn{1}{c}{linear} & "
+                       "\\multicolumn{1}{c}{few-shot} & \\multicolumn{1}{c}{kNN} \\\\")
     body = rows[1:]
     assert [r.split(" & ")[0].removeprefix(r"\rowcolor{gray!15}") for r in body[:4]] == ["1", "2", "4", "8"]
     assert [r for r in body if r.startswith(r"\rowcolor")] == [body[1]]  # the reference row (depth 2) only
     assert body[4].startswith(r"\textit{random init}") and body[5].startswith(r"\textit{raw pixels}")
-    numbers = re.findall(r"& (\d+\.\d+|--) & (\{\\scriptsize\$\\pm\$\d+\.\d\}|) ", latex + " ")
-    assert numbers and all(re.fullmatch(r"\d+\.\d|--", n) for n, _ in numbers)  # one decimal: points align
-    assert "r@{\\,}l" in latex and "e-0" not in latex and "_acc" not in latex
+    # every number cell: a mean to one decimal, then ± to one decimal in small type padded to one
+    # width (or a phantom of it), so right alignment lines the decimal points up
+    cells = [c for r in body for c in r.removesuffix(r" \\").split(" & ")[1:]]
+    assert len(cells) == 7 * 4
+    pattern = r"(\d+\.\d|--)\\,\{\\scriptsize (\$\\pm\$\d\.\d|\\hphantom\{\$\\pm\$0\.0\})\}"
+    assert all(re.fullmatch(pattern, c) for c in cells), cells
+    assert "e-0" not in latex and "_acc" not in latex and latex.count(r"\rowcolor") == 1
     mean = 100 * frames["decoder_depth"].query("decoder_depth == 2")["probe_linear_acc"].mean()
-    assert f"& {mean:.1f} &" in body[1]
+    assert f"& {mean:.1f}\\," in body[1]
     assert "Mirrors MAE Table 1a." in latex and "n=3 seeds" in latex
 
 
