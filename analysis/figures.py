@@ -35,6 +35,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.transforms import offset_copy
 
 from evaluation.metrics import ACCURACY, METRICS
 from mae_core.config import Config
@@ -51,6 +52,7 @@ MIN_FONT_PT = 7.0  # no text smaller than this at the printed width
 FONT_SIZES = {"font.size": 8, "axes.labelsize": 8, "axes.titlesize": 8,
               "xtick.labelsize": 7, "ytick.labelsize": 7, "legend.fontsize": 7,
               "legend.title_fontsize": 7, "figure.titlesize": 8}
+SEED_OFFSET = 6.0  # points from a cell's mean marker to its seeds (clear of the marker's 1.75 pt radius)
 REFERENCE_COLOR = "0.45"  # grey: the random-init reference is context, not a result
 _LEGEND_ROOM = 0.5  # inches of height a figure adds for the legend below its panels
 
@@ -349,10 +351,12 @@ def _draw_panel(ax, data: pd.DataFrame, axis: str, metric: str, hue: str | None,
                 continue
             y = cell[metric].to_numpy(float) * scale
             x = position + offset
-            # categories: seeds side by side (deterministic), so equal values stay visible
-            jitter = np.zeros(len(y)) if continuous else 0.12 * (np.arange(len(y)) / max(1, len(y) - 1) - 0.5)
+            # seeds sit SEED_OFFSET points left of their mean, so its marker never covers one;
+            # categories spread them a little (deterministic), so equal values stay visible
+            jitter = np.zeros(len(y)) if continuous else 0.06 * (np.arange(len(y)) / max(1, len(y) - 1) - 1)
             # unclipped: a seed at exactly 100% sits on the axes' edge and stays whole
-            ax.scatter(x + jitter, y, s=9, color=colour, alpha=0.45, lw=0, zorder=2, clip_on=False)
+            ax.scatter(x + jitter, y, s=9, color=colour, alpha=0.45, lw=0, zorder=2, clip_on=False,
+                       transform=offset_copy(ax.transData, fig=ax.figure, x=-SEED_OFFSET, units="points"))
             interval = mean_interval(y, bounds)
             xs.append(x), means.append(interval.mean)
             lows.append(interval.mean - interval.low if interval.low == interval.low else 0.0)

@@ -204,8 +204,14 @@ def test_no_point_is_hidden_and_every_point_is_inside_its_axes(frames, size):
             covers = _covering(fig)
             points = _points(fig)
             assert sum(len(p) for _, p in points) == count
+            means = np.concatenate([c.lines[0].get_transform().transform(c.lines[0].get_xydata())
+                                    for ax in fig.axes for c in ax.containers]) if name != "scatter" else None
+            clear = (3.5 / 2 + 3 / 2) * fig.dpi / 72  # mean marker radius + seed marker radius, in pixels
             for ax, coords in points:
                 box = ax.get_window_extent()
+                if means is not None:  # no seed under its cell's mean marker
+                    gaps = np.linalg.norm(coords[:, None, :] - means[None, :, :], axis=-1)
+                    assert gaps.min() > clear, f"{name}: a seed lies under a mean marker"
                 for x, y in coords:
                     assert box.x0 - 0.5 <= x <= box.x1 + 0.5 and box.y0 - 0.5 <= y <= box.y1 + 0.5, name
                     hidden = [c for c in covers if c.contains(x, y)]
