@@ -345,6 +345,23 @@ def test_reconstruction_grids_are_vector_pdfs_with_a_mask_colour_and_say_when_de
     assert "reconstructions.npz" not in {p.name for p in out.iterdir()}  # the arrays are not left behind
 
 
+def test_trials_logged_before_the_arrays_keep_their_png_grid(tmp_path):
+    uri = _store(tmp_path / "old", ["mask_token"])
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("mae-study").experiment_id
+    image = tmp_path / "reconstructions.png"
+    Image.new("RGB", (40, 20), (128, 128, 128)).save(image)
+    for run in client.search_runs([experiment], "params.seed = '0'"):
+        client.log_artifact(run.info.run_id, str(image))
+    index = write_report("mask_token", uri, tmp_path / "report", formats=("png",))
+    for value in ("False", "True"):
+        copied = index.parent / f"fig_reconstructions_mask_token_in_encoder-{value}.png"
+        assert copied.read_bytes() == image.read_bytes()
+    page = index.read_text(encoding="utf-8")
+    assert page.count("As the trial logged it (a bitmap") == 2
+    assert "mask token: not in encoder" in page  # the cell in words
+
+
 def test_the_page_says_what_was_run_without_temporary_paths(target_report, stores):
     page = target_report.read_text(encoding="utf-8")
     head = page.split("<h2>Findings</h2>")[0]
