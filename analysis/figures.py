@@ -1,16 +1,27 @@
-"""Paper figures from the trial frame (:func:`analysis.frame.load_runs`), in one style.
+"""Paper figures from the trial frame (:func:`analysis.frame.load_runs`), drawn at print size.
 
-Every function takes the frame (a row per trial), plots FINISHED trials only, shows mean ± sd
-over seeds, and returns the :class:`~matplotlib.figure.Figure` so a caller (or a test) can
-inspect it; :func:`save_figure` writes it as ``fig_<name>.<fmt>``. Names on axes and legends are
-the config's own keys and values, so a figure matches the tables and the run names.
+As in MAE's Figure 5 and Table 1: one metric per panel, accuracies in %, every seed a small
+point and each cell's mean a larger marker with its 95% t-interval over seeds
+(:mod:`analysis.intervals`, clipped to the quantity's range). Baselines (random init, raw pixels,
+from scratch, the mean-pixel predictor) are bands: their mean and 95% interval over seeds.
+
+Every figure is drawn at the width it is printed at, :data:`WIDTHS` (one column of a two-column
+paper, 3.3 in, or the full text width, 7 in), with text of at least :data:`MIN_FONT_PT`, and
+saved at exactly that width (constrained layout, no tight bounding box). Legends and
+annotations sit outside the axes, so no point is hidden. Ordered axes (numbers) get an ordered
+palette; values read as words (:mod:`analysis.labels`).
+
+Every function takes the frame (a row per trial), plots FINISHED trials only and returns the
+:class:`~matplotlib.figure.Figure`; :func:`save_sizes` writes both widths.
 """
 
 from __future__ import annotations
 
 import io
+import math
+import textwrap
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,38 +33,47 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.transforms import offset_copy
 
+from evaluation.metrics import ACCURACY, METRICS
 from mae_core.config import Config
+
+from .intervals import LEVEL, mean_interval
+from .labels import AXIS_LABELS, axis_label, is_accuracy, value_text
+
+__all__ = ["AXIS_LABELS", "axis_label"]  # re-exported: the labels live in analysis.labels
 
 FORMATS = ("png", "pdf", "svg")
 PNG_DPI = 200
-from evaluation.metrics import ACCURACY, METRICS
-
-PANEL_SIZE = (2.8, 2.8)  # inches per panel; tall enough for a one-line y label with its unit
-FONT_SIZES = {"font.size": 8.5, "axes.labelsize": 8.5, "axes.titlesize": 8.5,
-              "xtick.labelsize": 7.5, "ytick.labelsize": 7.5, "legend.fontsize": 7.5,
-              "legend.title_fontsize": 7.5, "figure.titlesize": 8.5}
+WIDTHS = {"full": 7.0, "column": 3.3}  # inches: text width and one column of a two-column paper
+MIN_FONT_PT = 7.0  # no text smaller than this at the printed width
+FONT_SIZES = {"font.size": 8, "axes.labelsize": 8, "axes.titlesize": 8,
+              "xtick.labelsize": 7, "ytick.labelsize": 7, "legend.fontsize": 7,
+              "legend.title_fontsize": 7, "figure.titlesize": 8}
+SEED_OFFSET = 6.0  # points from a cell's mean marker to its seeds (clear of the marker's 1.75 pt radius)
 REFERENCE_COLOR = "0.45"  # grey: the random-init reference is context, not a result
+_LEGEND_ROOM = 0.5  # inches of height a figure adds for the legend below its panels
 
-AXIS_LABELS = {
-    "mask_ratio": "mask ratio ρ (effective)", "effective_mask_ratio": "mask ratio ρ (effective)",
-    "decoder_depth": "decoder depth (blocks)", "decoder_width": "decoder width (channels)",
-    "encoder_depth": "encoder depth (blocks)", "encoder_width": "encoder width (channels)",
-    "steps": "pretraining length (updates)", "target": "reconstruction target",
-    "mask_sampling": "mask sampling", "mask_token_in_encoder": "mask token in encoder",
-    "objective": "objective", "corruption": "corruption", "corruption_level": "corruption level",
-    "lr": "base learning rate (per 256 images)", "batch_size": "batch size (images)",
-    "eval.finetune_blocks": "blocks fine-tuned (last n; all: every weight)",
-}
 # Labels, units and references come from the one metric table (evaluation.metrics).
 METRIC_LABELS = {m.name: m.label for m in METRICS.values() if m.kind == "downstream" or m.unit == "s"}
 RISK_LABELS = {m.name: m.label for m in METRICS.values() if m.unit == "target" and m.kind != "bookkeeping"
                or m.name == "train_loss"}
 # The reference each downstream metric is read against (seed 001: frozen MAE features can probe
-# below a random encoder, so the random-init value belongs on the same axes).
+# below a random encoder, so the random-init value belongs on the same axes), and the further
+# baselines (raw pixels, a from-scratch model): every one a band on the metric's panel.
 REFERENCES = {m.name: m.reference for m in METRICS.values() if m.reference is not None}
 REFERENCE_NAMES = {m.name: m.reference_name for m in METRICS.values() if m.reference_name is not None}
-# Axes drawn as a line over a continuous x (MAE Figures 5 and 7); other axes are categories.
+BASELINES = {m.name: tuple(b for b in (m.reference, *m.baselines) if b) for m in METRICS.values()}
+# How each baseline band looks (its name is the metric's reference_name, else "random init").
+BASELINE_STYLES = {
+    "random init": {"color": "0.45", "ls": "--"},
+    "raw pixels": {"color": "#a6761d", "ls": ":"},
+    "from scratch (tuned length)": {"color": "#7570b3", "ls": "-."},
+    "mean-pixel baseline": {"color": "0.45", "ls": "--"},
+}
+# Axes drawn over a continuous x (MAE Figures 5 and 7); other axes are categories.
 CONTINUOUS_AXES = {"mask_ratio", "steps", "corruption_level"}
 
 
@@ -62,12 +82,14 @@ CONTINUOUS_AXES = {"mask_ratio", "steps", "corruption_level"}
 
 def style_rc() -> dict:
     """The whole house style as rcParams: seaborn ticks/paper, colour-blind palette, no top or
-    right spines, embedded TrueType in PDFs and a fixed SVG hash salt (reproducible files)."""
+    right spines, embedded TrueType in PDFs, a fixed SVG hash salt (reproducible files), and
+    files saved at the figure's own size (the printed width)."""
     rc = {**sns.axes_style("ticks"), **sns.plotting_context("paper", rc=FONT_SIZES)}
     rc.update({
         "axes.prop_cycle": matplotlib.cycler(color=sns.color_palette("colorblind")),
         "axes.spines.top": False, "axes.spines.right": False,
-        "pdf.fonttype": 42, "svg.hashsalt": "mae-study", "savefig.bbox": "tight",
+        "pdf.fonttype": 42, "svg.hashsalt": "mae-study", "savefig.bbox": "standard",
+        "lines.linewidth": 1.0, "errorbar.capsize": 2.0,
     })
     return rc
 
@@ -79,21 +101,30 @@ def _styled() -> Iterator[None]:
 
 
 def palette(n: int) -> list:
+    """Colour-blind-safe categorical colours."""
     return sns.color_palette("colorblind", n)
+
+
+def ordered_palette(n: int) -> list:
+    """Colours in order (viridis without its pale yellow end), for an ordered axis: ρ, steps, width."""
+    cmap = matplotlib.colormaps["viridis"]
+    return [cmap(v) for v in np.linspace(0.0, 0.8, n)] if n > 1 else [cmap(0.35)]
+
+
+def _width(width: float | str) -> float:
+    return WIDTHS[width] if isinstance(width, str) else float(width)
 
 
 # -------------------------------------------------------------------------------- labels
 
 
-def axis_label(axis: str) -> str:
-    return AXIS_LABELS.get(axis, axis.replace("_", " "))
-
-
 def metric_label(metric: str, frame: pd.DataFrame | None = None) -> str:
-    """Axis label with units; risks are pixel² for raw targets, target units² otherwise."""
+    """Axis label with units: accuracies in %; risks in pixel² for raw targets, target units² otherwise."""
     if metric in RISK_LABELS:
         raw = frame is None or "target" not in frame or (frame["target"].dropna() == "raw").all()
         return f"{RISK_LABELS[metric]} ({'pixel²' if raw else 'target'} units)"
+    if is_accuracy(metric) and metric in METRICS:
+        return METRICS[metric].label.replace(f" {ACCURACY}", " accuracy (%)")
     return METRIC_LABELS.get(metric, metric.replace("_", " "))
 
 
@@ -101,6 +132,13 @@ def is_continuous(axis: str) -> bool:
     """True for axes plotted over a continuous x: :data:`CONTINUOUS_AXES` and float config keys."""
     field = Config.model_fields.get(axis)
     return axis in CONTINUOUS_AXES or (field is not None and field.annotation is float)
+
+
+def is_ordered(values: pd.Series) -> bool:
+    """Numbers (not booleans) have an order: their palette and lines show it."""
+    present = values.dropna()
+    return (len(present) > 0 and pd.api.types.is_numeric_dtype(present)
+            and not pd.api.types.is_bool_dtype(present))
 
 
 def x_column(frame: pd.DataFrame, axis: str) -> str:
@@ -121,16 +159,20 @@ def _declared_order(key: str | None) -> list:
     return list(typing.get_args(literal)) if typing.get_origin(literal) is typing.Literal else []
 
 
-def category_order(values: pd.Series, key: str | None = None) -> list[str]:
-    """Distinct values as text: a Literal key in Config's declared order, otherwise sorted
-    (numbers numerically); None last."""
-    distinct = list(dict.fromkeys(values.tolist()))
+def levels(values: pd.Series, key: str | None = None) -> list:
+    """Distinct values: a Literal key in Config's declared order, otherwise sorted (numbers
+    numerically, False before True); None last."""
+    distinct = [v.item() if isinstance(v, np.generic) else v for v in dict.fromkeys(values.tolist())]
     present = [v for v in distinct if v is not None and v == v]
     declared = _declared_order(key if key is not None else values.name)
     rank = {v: i for i, v in enumerate(declared)}
     present.sort(key=lambda v: (rank.get(v, len(rank)), str(type(v)), v))
-    missing = ["None"] if len(present) < len(distinct) else []
-    return [str(v) for v in present] + missing
+    return present + ([None] if len(present) < len(distinct) else [])
+
+
+def category_order(values: pd.Series, key: str | None = None) -> list[str]:
+    """:func:`levels` as text (None -> "None"), the keys :func:`as_text` gives."""
+    return ["None" if v is None else str(v) for v in levels(values, key)]
 
 
 def as_text(values: pd.Series) -> pd.Series:
@@ -146,164 +188,311 @@ def _has(frame: pd.DataFrame, metric: str) -> bool:
     return metric in frame and frame[metric].notna().any()
 
 
-def _seed_note(frame: pd.DataFrame, by: Sequence[str]) -> str:
-    """``mean ± sd over seeds (n=3 per cell)``, with the range when cells differ."""
-    if frame.empty:
+def seed_note(frame: pd.DataFrame, by: Sequence[str]) -> str:
+    """``n=3 seeds per cell`` (a range when cells differ), for a caption."""
+    data = _finished(frame)
+    if data.empty:
         return "no finished runs"
     if not by:
-        return f"mean ± sd over n={len(frame)} runs"
-    counts = frame.groupby(list(by), dropna=False).size()
+        return f"n={len(data)} runs"
+    counts = data.groupby(list(by), dropna=False).size()
     low, high = int(counts.min()), int(counts.max())
-    return f"mean ± sd over seeds (n={low} per cell)" if low == high else \
-        f"mean ± sd over seeds (n={low}–{high} per cell)"
+    return f"n={low} seeds per cell" if low == high else f"n={low}–{high} seeds per cell"
 
 
-def _new_figure(panels: int, width_scale: float = 1.0) -> tuple[Figure, np.ndarray]:
-    fig, axes = plt.subplots(1, panels, figsize=(PANEL_SIZE[0] * panels * width_scale, PANEL_SIZE[1]),
-                             squeeze=False, layout="constrained")
-    return fig, axes[0]
+# ------------------------------------------------------------------------------- layout
+
+
+def _grid(panels: int, width: float, legend: bool) -> tuple[Figure, list, tuple[float, float]]:
+    """Panels in rows at ``width`` inches: one column of up to two stacked panels (as MAE
+    Figure 5) or two per row at column width; up to four per row at full width. Returns the
+    figure, its axes and one panel's (width, height) in inches."""
+    narrow = width < 4.0
+    ncols = 1 if narrow and panels <= 2 else min(panels, 2 if narrow else 4)
+    nrows = math.ceil(panels / ncols)
+    panel_height = min(2.3, max(1.8, 0.75 * width / ncols))
+    fig = plt.figure(figsize=(width, nrows * panel_height + (_LEGEND_ROOM if legend else 0)),
+                     layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel().tolist()
+    for extra in axes[panels:]:
+        extra.remove()
+    return fig, axes[:panels], (width / ncols, panel_height)
+
+
+def _legend(fig: Figure, handles: list, labels: list, title: str | None = None, where: str = "lower") -> None:
+    """One figure legend outside the panels (below or above), as many columns as fit."""
+    if not handles:
+        return
+    per_row = max(1, int(fig.get_figwidth() / 1.25))
+    fig.legend(handles, labels, loc=f"outside {where} center", ncols=min(len(handles), per_row),
+               frameon=False, title=title)
+
+
+def _wrap(text: str, inches: float, points: float = 7.0) -> str:
+    """Break a label that would not fit ``inches`` at ``points`` (≈ 0.52 em per character)."""
+    chars = max(6, int(inches * 72 / (0.52 * points)))
+    return textwrap.fill(text, chars) if len(text) > chars else text
 
 
 # ------------------------------------------------------------------------------- panels
 
 
+def _bounds(metric: str, scale: float) -> tuple[float, float]:
+    """The range a metric can take, in plotted units: accuracies [0, 100], squared errors ≥ 0."""
+    if is_accuracy(metric):
+        return 0.0, 100.0
+    known = METRICS.get(metric)
+    if known is not None and known.unit in ("target", "s"):
+        return 0.0, math.inf
+    return -math.inf, math.inf
+
+
+def _baseline_name(metric: str) -> str:
+    """A band's legend name: every ``random_*`` metric is the same evaluation of the random-init
+    model (its fine-tuning too), so one name and one style serve every panel."""
+    return "random init" if metric.startswith("random_") else REFERENCE_NAMES.get(metric, metric)
+
+
+def _seed_values(data: pd.DataFrame, column: str) -> pd.Series:
+    """One value per seed (the mean of that seed's trials), or per trial without seeds."""
+    values = data[column].dropna()
+    if "seed" not in data:
+        return values
+    return data.loc[values.index].groupby("seed")[column].mean()
+
+
+def _constant_across_cells(data: pd.DataFrame, column: str) -> bool:
+    """True when every trial of a seed logged the same value: the baseline does not depend on
+    the cell (a random-init encoder or raw pixels under a decoder ablation), so one band serves."""
+    if "seed" not in data:
+        return False
+    spread = data.dropna(subset=[column]).groupby("seed")[column].agg(lambda v: v.max() - v.min())
+    return bool(len(spread)) and float(spread.max()) <= 1e-12
+
+
+def _draw_baseline(ax, data: pd.DataFrame, column: str, axis: str, xs: dict, scale: float,
+                   bounds: tuple[float, float]) -> tuple | None:
+    """A band (mean and 95% interval over seeds) for baseline ``column``; a legend handle."""
+    if not _has(data, column):
+        return None
+    style = BASELINE_STYLES.get(_baseline_name(column), BASELINE_STYLES["random init"])
+    band = {"color": style["color"], "alpha": 0.18, "lw": 0, "zorder": 1}
+    line = {"color": style["color"], "ls": style["ls"], "lw": 1.0, "zorder": 1.5}
+    if _constant_across_cells(data, column):
+        interval = mean_interval(_seed_values(data, column) * scale, bounds)
+        if interval.low == interval.low:
+            ax.axhspan(interval.low, interval.high, **band)
+        ax.axhline(interval.mean, **line)
+    else:  # it varies with the cell: a band over each cell's slot
+        for x, position in xs.items():
+            cell = data[data["_x"] == x]
+            interval = mean_interval(_seed_values(cell, column) * scale, bounds)
+            if interval.mean != interval.mean:
+                continue
+            span = position if isinstance(position, tuple) else (position - 0.4, position + 0.4)
+            if interval.low == interval.low:
+                ax.fill_between(span, interval.low, interval.high, **band)
+            ax.plot(span, [interval.mean] * 2, **line)
+    return (Patch(facecolor=style["color"], alpha=0.18, lw=0), Line2D([], [], **line)), _baseline_name(column)
+
+
+def _continuous_spans(values: list[float]) -> dict:
+    """Each x's slot on a continuous axis: halfway to its neighbours (a band per cell)."""
+    if len(values) == 1:
+        return {values[0]: (values[0] - 0.5, values[0] + 0.5)}
+    edges = [values[0] - (values[1] - values[0]) / 2]
+    edges += [(a + b) / 2 for a, b in zip(values, values[1:])]
+    edges.append(values[-1] + (values[-1] - values[-2]) / 2)
+    return {v: (edges[i], edges[i + 1]) for i, v in enumerate(values)}
+
+
 def _draw_panel(ax, data: pd.DataFrame, axis: str, metric: str, hue: str | None,
-                reference: str | None) -> None:
-    """``metric`` against ``axis`` (mean ± sd over seeds) and, dashed grey, the reference."""
+                baselines: Sequence[str], panel: tuple[float, float]) -> list[tuple]:
+    """``metric`` against ``axis``: seeds as points, means with 95% intervals, baselines as
+    bands. Returns the legend entries ``(handle, label, group)`` it drew."""
+    ax.set_xlabel(_wrap(axis_label(axis), 0.7 * panel[0], FONT_SIZES["axes.labelsize"]))
     if not _has(data, metric):
         ax.text(0.5, 0.5, f"{metric}\nnot logged", ha="center", va="center", transform=ax.transAxes)
-        ax.set_xlabel(axis_label(axis))
-        return
-    hue = x_column(data, hue) if hue else None
-    hue_order = category_order(data[hue]) if hue else None
-    # every cell keeps its slot, even one without this metric, so panels line up
-    order = None if is_continuous(axis) else category_order(data[axis])
-    data = data.dropna(subset=[metric])
-    plotted = data.assign(**{hue: as_text(data[hue])}) if hue else data
-    if is_continuous(axis):
-        x = x_column(data, axis)
-        sns.lineplot(data=plotted, x=x, y=metric, hue=hue, hue_order=hue_order, errorbar="sd",
-                     marker="o", ax=ax, palette=palette(len(hue_order)) if hue else None,
-                     color=None if hue else palette(1)[0])
-        if reference and _has(data, reference):
-            means = data.groupby(x)[reference].mean()
-            ax.plot(means.index, means.to_numpy(), ls="--", marker=".", color=REFERENCE_COLOR,
-                    label=REFERENCE_NAMES.get(reference, "random init"))
+        return []
+    scale = 100.0 if is_accuracy(metric) else 1.0
+    bounds = _bounds(metric, scale)
+    continuous = is_continuous(axis)
+    x_key = x_column(data, axis) if continuous else axis
+    order = levels(data[x_key], axis)
+    data = data.assign(_x=data[x_key].map(lambda v: None if v is None or v != v else v))
+    hue_key = x_column(data, hue) if hue else None
+    hue_levels = levels(data[hue_key], hue) if hue else [None]
+    colours = (ordered_palette if hue and is_ordered(data[hue_key]) else palette)(len(hue_levels))
+    if not hue:
+        colours = palette(1)
+    ordered = continuous or is_ordered(data[axis])
+    if continuous:
+        positions = {v: float(v) for v in order if v is not None}
+        spans = _continuous_spans(sorted(positions.values()))
+        slots = {v: spans[positions[v]] for v in positions}
+        dodge = [0.0] * len(hue_levels)
     else:
-        plotted = plotted.assign(**{axis: as_text(data[axis])})
-        ordinal = pd.api.types.is_numeric_dtype(data[axis]) and not pd.api.types.is_bool_dtype(data[axis])
-        sns.pointplot(data=plotted, x=axis, y=metric, hue=hue, order=order, hue_order=hue_order,
-                      errorbar="sd", capsize=0.15, linestyle="-" if ordinal else "none", ax=ax,
-                      palette=palette(len(hue_order)) if hue else None,
-                      color=None if hue else palette(1)[0], dodge=0.2 if hue else False)
-        if reference and _has(data, reference):
-            means = data.assign(_x=as_text(data[axis])).groupby("_x")[reference].mean()
-            ax.plot(range(len(order)), means.reindex(order).to_numpy(), ls="--" if ordinal else "none",
-                    marker="_", markersize=10, color=REFERENCE_COLOR,
-                    label=REFERENCE_NAMES.get(reference, "random init"))
-        ax.set_xlim(-0.5, len(order) - 0.5)  # a reference with gaps must not rescale the categories
-    ax.set_xlabel(axis_label(axis))
-    ax.set_ylabel(metric_label(metric, data))
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(frameon=False, title=axis_label(hue) if hue else None)
+        positions = {v: float(i) for i, v in enumerate(order)}
+        slots = positions
+        dodge = np.linspace(-0.2, 0.2, len(hue_levels)) if hue else [0.0]
+    entries = []
+    for column in baselines:
+        made = _draw_baseline(ax, data, column, axis, slots, scale, bounds)
+        if made:
+            entries.append((*made, "baseline"))
+    measured = data.dropna(subset=[metric])
+    for h, colour, offset in zip(hue_levels, colours, dodge):
+        rows = measured if not hue else measured[(measured[hue_key] == h) if h is not None
+                                                 else measured[hue_key].isna()]
+        xs, means, lows, highs = [], [], [], []
+        for value, position in positions.items():
+            cell = rows[rows["_x"].isna()] if value is None else rows[rows["_x"] == value]
+            if cell.empty:
+                continue
+            y = cell[metric].to_numpy(float) * scale
+            x = position + offset
+            # seeds sit SEED_OFFSET points left of their mean, so its marker never covers one;
+            # categories spread them a little (deterministic), so equal values stay visible
+            jitter = np.zeros(len(y)) if continuous else 0.06 * (np.arange(len(y)) / max(1, len(y) - 1) - 1)
+            # unclipped: a seed at exactly 100% sits on the axes' edge and stays whole
+            ax.scatter(x + jitter, y, s=9, color=colour, alpha=0.45, lw=0, zorder=2, clip_on=False,
+                       transform=offset_copy(ax.transData, fig=ax.figure, x=-SEED_OFFSET, units="points"))
+            interval = mean_interval(y, bounds)
+            xs.append(x), means.append(interval.mean)
+            lows.append(interval.mean - interval.low if interval.low == interval.low else 0.0)
+            highs.append(interval.high - interval.mean if interval.high == interval.high else 0.0)
+        if xs:
+            ax.errorbar(xs, means, yerr=[lows, highs], fmt="o-" if ordered else "o", ms=3.5, lw=1.0,
+                        color=colour, zorder=3, elinewidth=1.0, clip_on=False)
+            if hue:
+                entries.append((Line2D([], [], color=colour, marker="o", ms=3.5), value_text(hue, h), "hue"))
+    if continuous:
+        ticks = sorted(positions.values())
+        if len(ticks) <= 8:
+            ax.set_xticks(ticks, [format(t, "g") for t in ticks])
+    else:
+        slot = panel[0] * 0.8 / max(1, len(order))
+        ax.set_xticks(list(positions.values()), [_wrap(value_text(axis, v), slot) for v in order])
+        ax.set_xlim(-0.5, len(order) - 0.5)
+    # a label longer than the axes is tall (a column's stacked panels) breaks into two lines
+    ax.set_ylabel(_wrap(metric_label(metric, data), 0.72 * panel[1], FONT_SIZES["axes.labelsize"]))
+    if scale == 100.0:  # an accuracy: never beyond [0, 100], whatever the margins say
+        low, high = ax.get_ylim()
+        ax.set_ylim(max(low, 0.0), min(high, 100.0))
+    return entries
+
+
+def _finish_legends(fig: Figure, entries: list[tuple], hue: str | None) -> None:
+    """The hue legend above the panels, the baselines' below; each entry once."""
+    for group, where, title in (("hue", "upper", axis_label(hue) if hue else None), ("baseline", "lower", None)):
+        seen: dict[str, object] = {}
+        for handle, label, kind in entries:
+            if kind == group and label not in seen:
+                seen[label] = handle
+        _legend(fig, list(seen.values()), list(seen), title, where)
 
 
 # ------------------------------------------------------------------------------ figures
 
 
 def metric_vs_axis(frame: pd.DataFrame, axis: str, metrics: Sequence[str], *,
-                   hue: str | None = None) -> Figure:
-    """One panel per metric against ``axis``: a line with a ±sd band over a continuous axis
-    (x = effective mask ratio for ``mask_ratio``), points with ±sd bars for categories."""
+                   hue: str | None = None, width: float | str = "full") -> Figure:
+    """One panel per metric against ``axis`` (x = effective mask ratio for ``mask_ratio``):
+    seeds as points, each cell's mean with its 95% t-interval, baselines as bands."""
     data = _finished(frame)
+    inches = _width(width)
+    present = [b for m in metrics for b in BASELINES.get(m, ())]
     with _styled():
-        fig, axes = _new_figure(len(metrics))
+        fig, axes, panel = _grid(len(metrics), inches, legend=bool(hue) or any(_has(data, b) for b in present))
+        entries = []
         for ax, metric in zip(axes, metrics):
-            _draw_panel(ax, data, axis, metric, hue, REFERENCES.get(metric))
-        fig.suptitle(_seed_note(data, [axis] + ([hue] if hue else [])))
+            entries += _draw_panel(ax, data, axis, metric, hue, BASELINES.get(metric, ()), panel)
+        _finish_legends(fig, entries, hue)
     return fig
 
 
-def probe_and_finetune(frame: pd.DataFrame, axis: str, *, hue: str | None = None) -> Figure:
+def probe_and_finetune(frame: pd.DataFrame, axis: str, *, hue: str | None = None,
+                       width: float | str = "full") -> Figure:
     """MAE Figure 5: linear probing and fine-tuning side by side against ``axis`` (linear and
-    kNN when no trial was fine-tuned), each with its random-init reference."""
+    kNN when no trial was fine-tuned), each with its baselines."""
     second = "finetune_acc" if _has(_finished(frame), "finetune_acc") else "probe_knn_acc"
-    return metric_vs_axis(frame, axis, ["probe_linear_acc", second], hue=hue)
+    return metric_vs_axis(frame, axis, ["probe_linear_acc", second], hue=hue, width=width)
 
 
 def risk_vs_probe(frame: pd.DataFrame, risk: str, probe: str, correlation_text: str, *,
-                  hue: str | None = None) -> Figure:
-    """One point per finished trial (risk, probe), coloured by ``hue``, the correlation written on it."""
+                  hue: str | None = None, width: float | str = "full") -> Figure:
+    """One point per finished trial (risk, probe), coloured by ``hue``; the correlation is
+    written below the axes (never over a point)."""
     data = _finished(frame).dropna(subset=[risk, probe])
     hue = x_column(data, hue) if hue else None
+    inches = _width(width)
+    scale = 100.0 if is_accuracy(probe) else 1.0
     with _styled():
-        fig, (ax,) = _new_figure(1, width_scale=1.4)  # room for the legend on the right
+        fig = plt.figure(figsize=(inches, min(3.2, 0.62 * inches) + 0.9 + (_LEGEND_ROOM if hue else 0)),
+                         layout="constrained")
+        ax = fig.subplots()
         if hue:
-            order = category_order(data[hue])
-            sns.scatterplot(data=data.assign(**{hue: as_text(data[hue])}), x=risk, y=probe,
-                            hue=hue, hue_order=order, palette=palette(len(order)), ax=ax, s=22)
-            ax.legend(frameon=False, title=axis_label(hue), loc="upper left", bbox_to_anchor=(1.01, 1))
+            order = levels(data[hue])
+            colours = (ordered_palette if is_ordered(data[hue]) else palette)(len(order))
+            colour_of = {("None" if v is None else str(v)): c for v, c in zip(order, colours)}
+            ax.scatter(data[risk], data[probe] * scale, s=12, lw=0,
+                       c=[colour_of[t] for t in as_text(data[hue])])
+            handles = [Line2D([], [], ls="none", marker="o", ms=3.5, color=c) for c in colours]
+            _legend(fig, handles, [value_text(hue, v) for v in order], axis_label(hue), "upper")
         else:
-            sns.scatterplot(data=data, x=risk, y=probe, ax=ax, s=22, color=palette(1)[0])
-        ax.text(0.03, 0.03, correlation_text, transform=ax.transAxes, ha="left", va="bottom",
-                fontsize=FONT_SIZES["legend.fontsize"],
-                bbox={"boxstyle": "round,pad=0.3", "facecolor": "white", "edgecolor": "0.8"})
+            ax.scatter(data[risk], data[probe] * scale, s=12, lw=0, color=palette(1)[0])
         ax.set_xlabel(f"{metric_label(risk, data)}, lower is better")
         ax.set_ylabel(metric_label(probe, data))
-        fig.suptitle(f"{len(data)} finished trials")
+        # below the x label, inside the figure's layout: a point can never sit under it
+        ax.annotate(correlation_text, xy=(0, 0), xycoords=("axes fraction", ax.xaxis.label),
+                    xytext=(0, -4), textcoords="offset points", ha="left", va="top",
+                    fontsize=FONT_SIZES["legend.fontsize"], annotation_clip=False)
     return fig
 
 
-def training_curves(history: pd.DataFrame, frame: pd.DataFrame, hue: str | None = None) -> Figure:
-    """``history`` (``run_id, step, value``) per step, mean ± sd over seeds per ``hue`` value;
-    log scale when every value is positive."""
+def training_curves(history: pd.DataFrame, frame: pd.DataFrame, hue: str | None = None,
+                    width: float | str = "full") -> Figure:
+    """``history`` (``run_id, step, value``) per step: the mean over seeds per ``hue`` value,
+    with its 95% interval as a band (never below zero); log scale when every value is positive."""
     finished = _finished(frame)
     hue = x_column(finished, hue) if hue else None
     data = history.merge(finished[["run_id"] + ([hue] if hue else [])], on="run_id")
+    inches = _width(width)
     with _styled():
-        fig, (ax,) = _new_figure(1, width_scale=1.4)  # room for the legend on the right
+        fig = plt.figure(figsize=(inches, min(2.6, 0.6 * inches) + (_LEGEND_ROOM if hue else 0)),
+                         layout="constrained")
+        ax = fig.subplots()
+        order = levels(data[hue]) if hue else [None]
+        colours = (ordered_palette if hue and is_ordered(data[hue]) else palette)(len(order))
+        handles = []
+        for value, colour in zip(order, colours):
+            rows = data if not hue else data[data[hue] == value] if value is not None else data[data[hue].isna()]
+            stats = [(step, mean_interval(group["value"], (0.0, math.inf)))
+                     for step, group in rows.groupby("step", sort=True)]
+            if not stats:
+                continue
+            steps = [s for s, _ in stats]
+            ax.plot(steps, [i.mean for _, i in stats], color=colour)
+            low = np.array([i.low for _, i in stats])
+            if np.isfinite(low).any():
+                ax.fill_between(steps, low, [i.high for _, i in stats], color=colour, alpha=0.18, lw=0)
+            handles.append(Line2D([], [], color=colour))
         if hue:
-            order = category_order(data[hue])
-            sns.lineplot(data=data.assign(**{hue: as_text(data[hue])}), x="step", y="value",
-                         hue=hue, hue_order=order, palette=palette(len(order)), errorbar="sd", ax=ax)
-            ax.legend(frameon=False, title=axis_label(hue), loc="upper left", bbox_to_anchor=(1.01, 1))
-        else:
-            sns.lineplot(data=data, x="step", y="value", errorbar="sd", ax=ax, color=palette(1)[0])
+            _legend(fig, handles, [value_text(hue, v) for v in order], axis_label(hue), "upper")
         if len(data) and (data["value"] > 0).all():
-            ax.set_yscale("log")
+            ax.set_yscale("log", nonpositive="clip")
         ax.set_xlabel("update (step)")
         ax.set_ylabel(metric_label("train_loss", finished))
-        fig.suptitle(_seed_note(finished, [hue] if hue else []))
     return fig
 
 
-def objectives_comparison(frame: pd.DataFrame) -> Figure:
-    """Grouped bars: each downstream metric for ae / dae / mae, and the random-init reference
-    (pooled over all trials), mean ± sd over seeds."""
+def objectives_comparison(frame: pd.DataFrame, width: float | str = "full") -> Figure:
+    """Each downstream accuracy by objective (ae / dae / mae), one panel per metric, with the
+    baselines as bands."""
     data = _finished(frame)
-    metrics = [m for m in ("probe_linear_acc", "probe_fewshot_acc", "probe_knn_acc", "finetune_acc")
+    metrics = [m for m in ("finetune_acc", "probe_linear_acc", "probe_fewshot_acc", "probe_knn_acc")
                if _has(data, m)]
-    names = {m: METRIC_LABELS[m].removesuffix(f" {ACCURACY}") for m in metrics}
-    rows = [pd.DataFrame({"objective": data["objective"], "metric": names[m], "value": data[m]})
-            for m in metrics]
-    rows += [pd.DataFrame({"objective": "random init", "metric": names[m], "value": data[REFERENCES[m]]})
-             for m in metrics if _has(data, REFERENCES[m])]
-    long = pd.concat(rows, ignore_index=True).dropna(subset=["value"])
-    order = category_order(long.loc[long["objective"] != "random init", "objective"], "objective")
-    order += ["random init"] if (long["objective"] == "random init").any() else []
-    with _styled():
-        fig, (ax,) = _new_figure(1, width_scale=max(1.6, (1.3 * len(metrics) + 1.5) / PANEL_SIZE[0]))
-        reference = "random init" in order
-        colours = palette(len(order) - reference) + ([REFERENCE_COLOR] if reference else [])
-        sns.barplot(data=long, x="metric", y="value", hue="objective", hue_order=order,
-                    palette=colours, errorbar="sd", capsize=0.1, ax=ax)
-        ax.set_xlabel("")
-        ax.set_ylabel(ACCURACY)
-        ax.set_ylim(0, 1)
-        ax.legend(frameon=False, title="objective", ncols=len(order), loc="upper center",
-                  bbox_to_anchor=(0.5, 1.18))
-        fig.suptitle(_seed_note(data, ["objective"]), y=1.08)
-    return fig
+    return metric_vs_axis(frame, "objective", metrics, width=width)
 
 
 # ------------------------------------------------------------------------------- output
@@ -311,7 +500,7 @@ def objectives_comparison(frame: pd.DataFrame) -> Figure:
 
 def save_figure(fig: Figure, out_dir: Path, name: str, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
     """Write ``out_dir/fig_<name>.<fmt>`` for each format (png at 200 dpi; pdf and svg vector),
-    without timestamps so the same data give the same files."""
+    at the figure's own size and without timestamps, so the same data give the same files."""
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise ValueError(f"figure format {unknown[0]!r} is not one of {', '.join(FORMATS)}")
@@ -325,12 +514,40 @@ def save_figure(fig: Figure, out_dir: Path, name: str, formats: Sequence[str] = 
     return paths
 
 
+def size_suffix(size: str) -> str:
+    """File-name suffix of a size: the full width is the plain name, a column ``_column``."""
+    return "" if size == "full" else f"_{size}"
+
+
+def save_sizes(build: Callable[[float], Figure], out_dir: Path, name: str,
+               formats: Sequence[str] = ("png", "pdf")) -> tuple[list[Path], bytes]:
+    """Draw ``build(width)`` at each of :data:`WIDTHS` and save ``fig_<name>.<fmt>`` (full
+    width) and ``fig_<name>_column.<fmt>``; return the paths and the full width's PNG."""
+    paths: list[Path] = []
+    png = b""
+    for size, inches in WIDTHS.items():
+        fig = build(inches)
+        try:
+            paths += save_figure(fig, out_dir, name + size_suffix(size), formats)
+            if size == "full":
+                png = png_bytes(fig) if "png" not in formats else (Path(out_dir) / f"fig_{name}.png").read_bytes()
+        finally:
+            close(fig)
+    return paths, png
+
+
 def png_bytes(fig: Figure) -> bytes:
     """The figure as PNG (200 dpi) in memory, for embedding in a self-contained page."""
     buffer = io.BytesIO()
     with _styled():
         fig.savefig(buffer, format="png", dpi=PNG_DPI, metadata={"Software": None})
     return buffer.getvalue()
+
+
+def interval_note() -> str:
+    """What the marks of every figure mean, for a caption."""
+    return (f"small points are seeds; large markers their mean with its {LEVEL:.0%} t-interval over "
+            f"seeds; bands are baselines, their mean and {LEVEL:.0%} interval over seeds")
 
 
 def close(fig: Figure) -> None:

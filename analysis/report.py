@@ -12,22 +12,21 @@ the same quantity. A smoke run (parent tag ``smoke`` = "True") claims no correla
 so in its title.
 
 Files written to ``out_dir``: ``trials.csv`` (a row per trial: every param and final metric, so
-anyone can recompute every number), ``findings.md``, ``comparisons.csv``, ``summary.{csv,md,tex}``,
+anyone can recompute every number), ``findings.md``, ``comparisons.csv``, ``paper_table.tex``
+(the study in MAE Table 1's form), ``summary.{csv,md,tex}`` (every metric by cell),
 ``correlations.{csv,md}``, for a search ``search.csv`` (its sampled configs ranked within
-each arm, in place of ``comparisons.csv``), ``fig_<what>.<fmt>`` for each requested format,
-``fig_reconstructions_<cell>.png`` when the trials logged reconstruction grids, and
-``index.html`` (PNGs embedded as data URIs).
+each arm, in place of ``comparisons.csv``), ``fig_<what>.<fmt>`` (full text width, 7 in) and
+``fig_<what>_column.<fmt>`` (one column, 3.3 in) for each requested format,
+``fig_reconstructions_<cell>.{png,pdf}`` when the trials logged reconstruction grids, and
+``index.html`` (:mod:`analysis.page`; PNGs embedded as data URIs). Figure captions name the
+study's ``paper`` row; the figures themselves are :mod:`analysis.figures`'.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
@@ -35,7 +34,7 @@ from matplotlib.figure import Figure
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from . import figures
+from . import figures, page, paper_table
 from mae_core.files import FolderNotWritable, writable_folder
 
 from .frame import (
@@ -48,10 +47,14 @@ from .frame import (
     load_runs,
     load_study_info,
 )
+from evaluation import reconstruction_grid
 from evaluation.metrics import METRICS, RISK_MEANING_AXES
 from mae_core.grid import default_reference
 
 from .search import chosen_zip, search_ranking
+from .labels import value_text
+from .provenance import provenance
+
 from .stats import (
     CORRELATION_COLUMNS,
     MIN_CLUSTERS,
@@ -74,11 +77,7 @@ RISK_CHANGING_AXES = RISK_MEANING_AXES
 SMOKE_NOTE = "smoke run: no correlation claimed"
 
 
-@dataclass
-class _Figure:
-    name: str
-    caption: str
-    png: bytes
+_Figure = page.Figure
 
 
 # --------------------------------------------------------------------------------- tables
@@ -225,102 +224,121 @@ def _slug(values: dict) -> str:
 # ------------------------------------------------------------------------------- figures
 
 
+def figure_caption(info: dict, sentence: str, frame: pd.DataFrame, by: Sequence[str]) -> str:
+    """A caption: what the figure shows, n and what its marks mean, and the paper row the
+    study mirrors (its ``paper``; nothing is claimed to mirror a paper when it has none)."""
+    paper = info.get("paper")
+    mirrors = f" Mirrors {paper}." if paper else ""
+    smoke = "Smoke run, not a finding: " if info.get("smoke") else ""
+    return f"{smoke}{sentence} ({figures.seed_note(frame, by)}; {figures.interval_note()}).{mirrors}"
+
+
 def _figure_plan(frame: pd.DataFrame, axes: Sequence[str], correlations: pd.DataFrame,
-                 risks: Sequence[str], history: pd.DataFrame) -> list[tuple[str, str, Callable[[], Figure]]]:
-    """(name, caption, builder) of every figure this study gets; built one at a time later."""
+                 risks: Sequence[str], history: pd.DataFrame,
+                 info: dict) -> list[tuple[str, str, Callable[[float], Figure]]]:
+    """(name, caption, builder of a figure at a width in inches) of every figure this study
+    gets; built one at a time later."""
     axis = axes[0] if axes else None
     hue = axes[1] if len(axes) > 1 else None
-    plan: list[tuple[str, str, Callable[[], Figure]]] = []
+    cell = [a for a in (axis, hue) if a]
+    plan: list[tuple[str, str, Callable[[float], Figure]]] = []
+
+    def caption(sentence: str, by: Sequence[str] = cell) -> str:
+        return figure_caption(info, sentence, frame, by)
+
     if axis:
         against = f"against {figures.axis_label(axis)}"
-        second = "fine-tuning" if _present(frame, ["finetune_acc"]) else "kNN accuracy"
-        plan.append(("probe_and_finetune",
-                     f"Linear probing and {second} {against} (MAE Figure 5); dashed grey: the same "
-                     f"evaluation of a randomly initialised model.",
-                     lambda: figures.probe_and_finetune(frame, axis, hue=hue)))
+        if _present(frame, ["finetune_acc"]):  # MAE Figure 5's two panels; otherwise "probes" shows them
+            plan.append(("probe_and_finetune", caption(f"Linear-probe and fine-tuning accuracy {against}"),
+                         lambda w: figures.probe_and_finetune(frame, axis, hue=hue, width=w)))
         if risks:
-            plan.append(("risks", f"Test risks {against}; dashed grey: the mean-pixel baseline.",
-                         lambda: figures.metric_vs_axis(frame, axis, list(risks), hue=hue)))
+            plan.append(("risks", caption(f"Test risks {against}; band: the mean-pixel baseline"),
+                         lambda w: figures.metric_vs_axis(frame, axis, list(risks), hue=hue, width=w)))
         probes = _present(frame, PROBE_PANELS)
         if probes:
-            plan.append(("probes", f"Every probe {against}; dashed grey: random init.",
-                         lambda: figures.metric_vs_axis(frame, axis, probes, hue=hue)))
+            plan.append(("probes", caption(f"Every probe's accuracy {against}"),
+                         lambda w: figures.metric_vs_axis(frame, axis, probes, hue=hue, width=w)))
     if "objective" in axes:
-        plan.append(("objectives", "Downstream accuracy by objective and of a random-init encoder; "
-                     "bars are means, whiskers ± sd over seeds.",
-                     lambda: figures.objectives_comparison(frame)))
+        plan.append(("objectives", caption("Downstream accuracy by objective", ["objective"]),
+                     lambda w: figures.objectives_comparison(frame, width=w)))
     primary = _primary_risk(frame, risks)
     if primary and _present(frame, ["probe_linear_acc"]):
         text = _correlation_text(correlations, primary, "probe_linear_acc")
+        paper = f" Mirrors {info['paper']}." if info.get("paper") else ""
         plan.append(("risk_vs_probe", f"{plain_name(primary).capitalize()} against linear-probe "
-                     f"accuracy, one point per finished trial.",
-                     lambda: figures.risk_vs_probe(frame, primary, "probe_linear_acc", text, hue=axis)))
+                     f"accuracy, one point per finished trial; the rank correlation is printed "
+                     f"below the axes.{paper}",
+                     lambda w: figures.risk_vs_probe(frame, primary, "probe_linear_acc", text, hue=axis, width=w)))
     if len(history):
-        plan.append(("training_curves", "Training loss (mean over each logging interval) per "
-                     "update, mean ± sd over seeds.",
-                     lambda: figures.training_curves(history, frame, hue=axis)))
+        plan.append(("training_curves", caption("Training loss (mean over each logging interval) per "
+                                                "update; bands: 95% t-interval of the mean over seeds",
+                                                [axis] if axis else []),
+                     lambda w: figures.training_curves(history, frame, hue=axis, width=w)))
     return plan
 
 
 def _make_figures(frame: pd.DataFrame, axes: Sequence[str], tracking_uri: str,
                   correlations: pd.DataFrame, risks: Sequence[str], out: Path,
-                  formats: Sequence[str]) -> list[_Figure]:
-    """Save every planned figure in ``formats``; keep its PNG for the page."""
+                  formats: Sequence[str], info: dict) -> tuple[list[_Figure], list[str]]:
+    """Save every planned figure at both widths in ``formats``; keep the full width's PNG for
+    the page. Returns the figures and the file names written."""
     if not (frame["status"] == "FINISHED").any():
-        return []  # nothing to plot; the tables say why
+        return [], []  # nothing to plot; the tables say why
     history = load_history(tracking_uri, frame["run_id"].tolist(), "train_loss")
-    made = []
-    for name, caption, build in _figure_plan(frame, axes, correlations, risks, history):
-        fig = build()
-        paths = figures.save_figure(fig, out, name, formats)
-        png = next((p.read_bytes() for p in paths if p.suffix == ".png"), None)  # render once
-        made.append(_Figure(name, caption, png or figures.png_bytes(fig)))
-        figures.close(fig)
-    return made
+    made, names = [], []
+    for name, caption, build in _figure_plan(frame, axes, correlations, risks, history, info):
+        paths, png = figures.save_sizes(build, out, name, formats)
+        made.append(_Figure(name, caption, png))
+        names += [p.name for p in paths]
+    return made, names
 
 
-def _reconstructions(frame: pd.DataFrame, axes: Sequence[str], tracking_uri: str, out: Path) -> list[_Figure]:
-    """The ``reconstructions.png`` each trial logged, for the lowest-seed finished run of each
-    cell (copied as ``fig_reconstructions_<cell>.png``); cells without one are skipped."""
+def _reconstruction_caption(cell: dict, axes: Sequence[str], seed, note: str) -> str:
+    label = ", ".join(f"{figures.axis_label(k)}: {value_text(k, v)}" for k, v in cell.items()) or "all"
+    return f"Reconstructions, {label} (seed {seed}): original, encoder input, reconstruction. {note}"
+
+
+def _reconstructions(frame: pd.DataFrame, axes: Sequence[str], tracking_uri: str,
+                     out: Path, formats: Sequence[str] = ("png", "pdf")) -> tuple[list[_Figure], list[str]]:
+    """The grid of the lowest-seed finished run of each cell: redrawn at both widths (vector
+    PDF and PNG) from the ``reconstructions.npz`` the trial logged, or, for trials logged
+    before they did, their ``reconstructions.png`` copied as it is. Cells without either are
+    skipped. Returns the figures and the file names written."""
     finished = frame[frame["status"] == "FINISHED"]
     finished = finished.sort_values("seed", kind="stable") if "seed" in finished else finished
     if finished.empty:
-        return []
+        return [], []
     client = MlflowClient(tracking_uri)
-    shown = []
+    shown, names = [], []
     first = finished.groupby(list(axes), dropna=False, sort=True).head(1) if axes else finished.head(1)
     for _, row in first.iterrows():
         cell = {a: row[a] for a in axes}
+        name = f"reconstructions_{_slug(cell)}"
         try:
-            local = client.download_artifacts(row["run_id"], "reconstructions.png", str(out))
+            local = Path(client.download_artifacts(row["run_id"], reconstruction_grid.ARTIFACT, str(out)))
+        except (MlflowException, OSError):
+            local = None
+        if local is not None:
+            grid = reconstruction_grid.load_npz(local)
+            local.unlink()
+            vector = [f for f in formats if f != "png"] or ["pdf"]
+            paths, png = figures.save_sizes(lambda w: reconstruction_grid.render(grid, w), out, name,
+                                            ["png", *vector])
+            names += [p.name for p in paths]
+            shown.append(_Figure(f"fig_{name}", _reconstruction_caption(
+                cell, axes, row.get("seed", "?"), reconstruction_grid.caption_note(grid)), png))
+            continue
+        try:
+            local = Path(client.download_artifacts(row["run_id"], "reconstructions.png", str(out)))
         except (MlflowException, OSError):
             continue
-        target = out / f"fig_reconstructions_{_slug(cell)}.png"
-        Path(local).replace(target)
-        label = ", ".join(f"{k}={v}" for k, v in cell.items()) or "all"
-        shown.append(_Figure(target.stem, f"Reconstructions, {label} (seed {row.get('seed', '?')}): "
-                             f"original, encoder input, reconstruction.", target.read_bytes()))
-    return shown
-
-
-# ---------------------------------------------------------------------------------- html
-
-
-_CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1100px;margin:2em auto;
-padding:0 1em;color:#222;line-height:1.45}
-h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #ddd}
-.meta{color:#555;font-size:.9em}code{background:#f4f4f4;padding:0 .25em;border-radius:3px}
-.scroll{overflow-x:auto}table{border-collapse:collapse;font-size:.82em;margin:.6em 0}
-th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right;white-space:nowrap}
-th{background:#f2f2f2}td:last-child{text-align:left;white-space:normal}
-.failed{background:#fff1f0;border-left:4px solid #d4380d;padding:.4em .8em}
-figure{margin:1.2em 0}figure img{max-width:100%;height:auto}figcaption{font-size:.88em;color:#444}
-"""
-
-
-def _html_table(table: pd.DataFrame) -> str:
-    return '<div class="scroll">' + table.to_html(index=False, border=0, na_rep="—", escape=True) + "</div>"
+        target = out / f"fig_{name}.png"
+        local.replace(target)
+        names.append(target.name)
+        shown.append(_Figure(target.stem, _reconstruction_caption(
+            cell, axes, row.get("seed", "?"), "As the trial logged it (a bitmap: these trials predate "
+            "the logged arrays that give vector grids; masked patches are grey)."), target.read_bytes()))
+    return shown, names
 
 
 def outside_procedure_note(frame: pd.DataFrame) -> str:
@@ -333,65 +351,6 @@ def outside_procedure_note(frame: pd.DataFrame) -> str:
     return (f"<p class='failed'>{int(augmented.sum())} of {len(frame)} trials trained with augment="
             f"{html.escape(kinds)}: outside the specification's procedure, which samples each image "
             "as it is.</p>")
-
-
-def _html(study: str, info: dict, frame: pd.DataFrame, tracking_uri: str, experiment: str,
-          display: pd.DataFrame, correlations: pd.DataFrame, reading: str,
-          figs: list[_Figure], recons: list[_Figure], files: list[str], findings: Findings) -> str:
-    e = html.escape
-    counts = frame["status"].value_counts()
-    status_text = ", ".join(f"{int(v)} {k.lower()}" for k, v in counts.items())
-    started = (datetime.fromtimestamp(info["start_time"] / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-               if info.get("start_time") else "unknown")
-    failed_html = ""
-    for _, row in display[display["note"] != ""].iterrows():
-        cell = ", ".join(f"{a}={row[a]}" for a in info["axes"]) or study
-        failed_html += f"<p class='failed'>{e(cell)}: {e(row['note'])}</p>"
-    corr = correlations.round(3)
-    grid = json.dumps(info.get("grid") or {}, default=str)
-
-    def figure_html(fig: _Figure) -> str:
-        data = base64.b64encode(fig.png).decode("ascii")
-        return (f'<figure id="{e(fig.name)}"><img src="data:image/png;base64,{data}" alt="{e(fig.name)}">'
-                f"<figcaption><code>{e(fig.name)}</code>: {e(fig.caption)}</figcaption></figure>")
-
-    smoke = " (smoke run)" if info.get("smoke") else ""
-    parts = [
-        "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>mae-study report: {e(study)}{smoke}</title><style>{_CSS}</style></head><body>",
-        f"<h1>Study <code>{e(study)}</code>{smoke}</h1>",
-        f"<p class='meta'>{len(frame)} trials ({e(status_text)}) · axes: "
-        f"{e(', '.join(info['axes']) or 'none')} · grid: <code>{e(grid)}</code><br>"
-        f"study run {e(info['run_id'])} started {e(started)} · report generated "
-        f"{e(datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))}<br>"
-        f"tracking URI <code>{e(tracking_uri)}</code> · experiment <code>{e(experiment)}</code></p>",
-        outside_procedure_note(frame),
-        "<h2>Findings</h2>", f"<p>{e(findings.text)}</p>",
-        _html_table(findings.display) if len(findings.display) else "",
-        f"<p class='meta'>Every number behind these words: <code>{'search' if info.get('search') else 'comparisons'}.csv</code>.</p>",
-        "<h2>Summary by cell</h2>",
-        "<p>Mean ± sd over seeds (sample sd, ddof=1); <code>n</code> counts finished runs, "
-        "<code>n_failed</code> failed ones; a metric computed on fewer runs states its own n. "
-        "Risks are in target units² (pixel² for raw targets); lower is better. Accuracies are on "
-        "the test split (every probe setting chosen on a validation split carved from the "
-        "training split); higher is better; <code>random_*</code> columns are the same "
-        "evaluation of a freshly initialised model, <code>pixel_probe_*</code> the same probes on "
-        "raw pixels, <code>scratch_best_finetune_acc</code> a model trained from scratch for the "
-        "length best on validation. <code>test_allvisible_rec_risk</code> (an MAE with every "
-        "patch visible) is not a risk of the specification and is never correlated; <code>(test ±se)</code> is the test set's binomial "
-        "standard error √(p(1−p)/n<sub>test</sub>), the uncertainty of one trial's accuracy from "
-        "the finite test set, beside the spread over seeds.</p>",
-        failed_html, _html_table(display),
-        "<h2>Does lower risk mean a better representation?</h2>", f"<p>{e(reading)}</p>",
-        _html_table(corr) if len(corr) else "<p>No risk and downstream metric were both logged.</p>",
-        "<h2>Figures</h2>",
-        *(map(figure_html, figs) if figs else ["<p>No finished trials, so no figures.</p>"]),
-    ]
-    if recons:
-        parts += ["<h2>Reconstructions</h2>", *map(figure_html, recons)]
-    parts += ["<h2>Files</h2><p class='meta'>" + " · ".join(f"<code>{e(f)}</code>" for f in files) + "</p>",
-              "</body></html>", ""]
-    return "\n".join(parts)
 
 
 # ---------------------------------------------------------------------------------- entry
@@ -407,8 +366,10 @@ def _write_trials(frame: pd.DataFrame, axes: Sequence[str], out: Path) -> Path:
     return path
 
 
-def _write_tables(frame: pd.DataFrame, study: str, by: list[str], out: Path) -> tuple[pd.DataFrame, list[Path]]:
-    """``summary.{csv,md,tex}``: the numeric summary (csv) and its ``mean ± sd`` text (md, tex)."""
+def _write_tables(frame: pd.DataFrame, study: str, by: list[str], out: Path,
+                  run_id: str = "") -> tuple[pd.DataFrame, list[Path]]:
+    """``summary.{csv,md,tex}``: the numeric summary (csv) and its ``mean ± sd`` text (md, tex;
+    every metric, so wide: the paper's table is :func:`_write_paper_table`'s)."""
     metrics = _present(frame, TABLE_METRICS)
     summary = summarise(frame, by, metrics)
     display = display_table(summary, by or ["study"], metrics)
@@ -418,8 +379,21 @@ def _write_tables(frame: pd.DataFrame, study: str, by: list[str], out: Path) -> 
     summary.to_csv(paths[0], index=False)
     paths[1].write_text(f"# {study}: summary by cell\n\n{caption}\n\n{markdown_table(display)}",
                         encoding="utf-8")
-    paths[2].write_text(latex_table(display, caption, f"tab:{study}"), encoding="utf-8")
+    # a label unique to this study run: two reports of one study can sit in one document
+    label = f"tab:{study}-summary" + (f"-{run_id[:7]}" if run_id else "")
+    paths[2].write_text(latex_table(display, caption, label), encoding="utf-8")
     return display, paths
+
+
+def _write_paper_table(frame: pd.DataFrame, study: str, axes: list[str], info: dict, reference: dict,
+                       out: Path) -> tuple[paper_table.StudyTable, Path]:
+    """``paper_table.tex``: the study in MAE Table 1's form (:mod:`analysis.paper_table`)."""
+    table = paper_table.study_table(frame, study, axes, reference, info.get("paper"), info["run_id"])
+    path = out / "paper_table.tex"
+    header = (f"% {study}: MAE Table 1 form. Needs: {' '.join(paper_table.PACKAGES)}\n"
+              f"% made by mae-study report from parent run {info['run_id']}\n")
+    path.write_text(header + paper_table.study_latex(table), encoding="utf-8")
+    return table, path
 
 
 def _write_correlations(frame: pd.DataFrame, study: str, axes: list[str], out: Path,
@@ -578,14 +552,24 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
     trials_path = _write_trials(frame, axes, out)
     write_findings = _write_search_findings if info.get("search") else _write_findings
     findings, findings_paths = write_findings(frame, study, axes, info, out)
-    display, table_paths = _write_tables(frame, study, by, out)
+    display, table_paths = _write_tables(frame, study, by, out, info["run_id"])
+    table, table_path = _write_paper_table(frame, study, axes, info, findings.reference, out)
     correlations, reading, risks, correlation_paths = _write_correlations(frame, study, axes, out,
                                                                           smoke=info["smoke"])
-    figs = _make_figures(frame, axes, tracking_uri, correlations, risks, out, formats)
-    recons = _reconstructions(frame, axes, tracking_uri, out)
-    files = [p.name for p in [trials_path] + findings_paths + table_paths + correlation_paths]
-    files += [f"fig_{f.name}.{fmt}" for f in figs for fmt in formats] + [f"{f.name}.png" for f in recons]
+    figs, fig_files = _make_figures(frame, axes, tracking_uri, correlations, risks, out, formats, info)
+    recons, recon_files = _reconstructions(frame, axes, tracking_uri, out, formats)
+    files = [p.name for p in [trials_path, *findings_paths, table_path, *table_paths, *correlation_paths]]
     index = out / "index.html"
-    index.write_text(_html(study, info, frame, tracking_uri, experiment, display, correlations,
-                           reading, figs, recons, files + [index.name], findings), encoding="utf-8")
+    failures = [f"{_cell_text({a: row[a] for a in axes}) if axes else study}: {row['note']}"
+                for _, row in display[display["note"] != ""].iterrows()]
+    content = page.PageContent(
+        study=study, smoke=info["smoke"], paper=info.get("paper"),
+        run_rows=provenance(tracking_uri, study, info, frame).rows + [("experiment", experiment)],
+        findings_text=findings.text, findings_table=findings.display,
+        paper_table_html=paper_table.html_table(table), failures=failures, figures=figs,
+        reconstructions=recons, correlation_reading=reading, correlations=correlations.round(3),
+        summary=display, files=files + fig_files + recon_files + [index.name],
+        notes_html=outside_procedure_note(frame),
+        numbers_file="search.csv" if info.get("search") else "comparisons.csv")
+    index.write_text(page.render(content), encoding="utf-8")
     return index

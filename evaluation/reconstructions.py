@@ -1,11 +1,12 @@
-"""Reconstruction grids: original / what the encoder saw / reconstruction, one column per image."""
+"""Reconstruction grids: original / what the encoder saw / reconstruction, one column per image.
+
+:func:`reconstruction_grid` computes the images (torch); :mod:`evaluation.reconstruction_grid`
+draws them and writes them as the ``reconstructions.npz`` artifact a report renders again.
+"""
 
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; reports run on machines without a screen
-import matplotlib.pyplot as plt
+import numpy as np
 import torch
 from matplotlib.figure import Figure
 
@@ -14,6 +15,8 @@ from mae_core.corruptions import corrupt
 from mae_core.masking import masked_positions, sample_visible
 from mae_core.patches import unpatchify
 from mae_core.targets import target_moments
+
+from .reconstruction_grid import ReconstructionGrid, render
 
 
 def _to_pixels(patches: torch.Tensor, reference: torch.Tensor, target: str) -> torch.Tensor:
@@ -25,46 +28,40 @@ def _to_pixels(patches: torch.Tensor, reference: torch.Tensor, target: str) -> t
     return patches * scale + mean
 
 
+def _images(patches: torch.Tensor, config: Config, image_shape) -> np.ndarray:
+    """``[N,M,q]`` -> ``[N,H,W,C]`` numpy (channels last, for drawing)."""
+    return unpatchify(patches, config.resolved_patch_size, image_shape).permute(0, 2, 3, 1).numpy()
+
+
 @torch.inference_mode()
-def reconstruction_figure(model, config: Config, patches: torch.Tensor, image_shape, num_images: int = 8,
-                          seed: int = 0) -> Figure:
-    """A 3-row grid for the first ``num_images`` of ``patches [N,M,q]``."""
+def reconstruction_grid(model, config: Config, patches: torch.Tensor, image_shape, num_images: int = 8,
+                        seed: int = 0) -> ReconstructionGrid:
+    """The first ``num_images`` of ``patches [N,M,q]``: originals, encoder inputs (masked
+    positions marked), reconstructions in pixel space."""
     x = patches[:num_images]
     generator = torch.Generator().manual_seed(seed)
     shown = x.clone()
+    hidden = torch.zeros_like(x, dtype=torch.bool)  # [N,M,q]: True where the encoder saw nothing
+    device = next(model.parameters()).device
     if config.objective == "mae":
         visible = sample_visible(x.shape[0], x.shape[1], config.num_visible, generator,
                                  config.mask_sampling, config.grid)
-        device = next(model.parameters()).device
         pred = model(x.to(device), visible.to(device)).float().cpu()
-        hidden = masked_positions(visible, x.shape[1])
-        shown[hidden] = 0.5  # grey where the encoder saw nothing
+        hidden[masked_positions(visible, x.shape[1])] = True
         middle = f"encoder input ({config.effective_mask_ratio:.0%} masked)"
     else:
         if config.objective == "dae":
             shown = corrupt(x, config.resolved_corruption, config.corruption_level, generator)
-        device = next(model.parameters()).device
         pred = model(shown.to(device)).float().cpu()
         middle = "encoder input" + (f" ({config.resolved_corruption})" if config.objective == "dae" else "")
     recon = _to_pixels(pred, x, config.target)
-    rows = [("original", x), (middle, shown), ("reconstruction", recon)]
-    channels = image_shape[0]
-    fig, axes = plt.subplots(3, x.shape[0], figsize=(1.1 * x.shape[0], 3.6), squeeze=False)
-    for r, (title, values) in enumerate(rows):
-        images = unpatchify(values, config.resolved_patch_size, image_shape).clamp(0, 1)
-        for c in range(x.shape[0]):
-            ax = axes[r, c]
-            image = images[c].permute(1, 2, 0).numpy()
-            ax.imshow(image[..., 0] if channels == 1 else image, cmap="gray" if channels == 1 else None,
-                      vmin=0, vmax=1, interpolation="nearest")
-            ax.set_xticks([]), ax.set_yticks([])
-            if c == 0:
-                ax.set_ylabel(title, fontsize=7)
-    fig.tight_layout()
-    return fig
+    hidden_pixels = _images(hidden.float(), config, image_shape).any(axis=-1)  # [N,H,W]
+    return ReconstructionGrid(_images(x, config, image_shape), _images(shown, config, image_shape),
+                              hidden_pixels, _images(recon, config, image_shape), config.objective,
+                              config.target, middle)
 
 
-def close(fig: Figure) -> None:
-    plt.close(fig)
-
-
+def reconstruction_figure(model, config: Config, patches: torch.Tensor, image_shape, num_images: int = 8,
+                          seed: int = 0) -> Figure:
+    """The 3-row grid for the first ``num_images`` of ``patches [N,M,q]``, full text width."""
+    return render(reconstruction_grid(model, config, patches, image_shape, num_images, seed))

@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import re
+import shlex
 import sys
 import textwrap
 from contextlib import nullcontext, redirect_stdout
@@ -225,7 +226,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_concurrent=args.max_concurrent, cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=(args.gpus_per_trial if args.gpus_per_trial is not None
                         else default_gpus_per_trial(plan.num_trials, args.cpus_per_trial, args.address)),
-        scheduler=args.scheduler,
+        scheduler=args.scheduler, command=shlex.join(["mae-study", *args.argv]),
     )
 
     from .interrupts import EXIT_INTERRUPTED, Interruption, sigterm_as_sigint
@@ -320,6 +321,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     another; only full runs are read, or with ``--smoke`` only smoke runs."""
     from analysis.report import write_report
 
+    if args.paper:
+        return _report_paper(args)
+    if args.study is None:
+        raise UsageError("report needs a STUDY (or --paper STUDY[=STORE] ... for MAE Table 1 over several)")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.study):
         raise UsageError(f"study name {args.study!r}: use letters, digits, '_', '-' and '.' only")
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
@@ -343,6 +348,34 @@ def cmd_report(args: argparse.Namespace) -> int:
                          parent_run_id=args.run, smoke=args.smoke)
     print(f"report: {index}")
     print(f"next: {ui_command(tracking_uri)}", file=sys.stderr)
+    return 0
+
+
+def _report_paper(args: argparse.Namespace) -> int:
+    """``report --paper STUDY[=STORE] ...``: one MAE Table 1 (a sub-table per study, in the
+    order given) and Figure 5, each study from its own store or from --tracking-uri."""
+    from analysis.paper import parse_sources, write_paper
+
+    if args.study is not None:
+        raise UsageError(f"report {args.study} --paper: name every study after --paper "
+                         f"(mae-study report --paper {args.study} ...)")
+    if args.run is not None:
+        raise UsageError("--run picks one run of one study; --paper reads each study's newest run")
+    formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
+    if not formats or any(f not in ("png", "pdf", "svg") for f in formats):
+        raise UsageError(f"--format {args.format}: allowed formats are png, pdf, svg")
+    sources = parse_sources(args.paper, args.tracking_uri or _default_uri(Path(args.out)))
+    from .tracking import missing_sqlite_store
+
+    for source in sources:
+        store = missing_sqlite_store(source.tracking_uri)
+        if store is not None:
+            raise UsageError(f"no runs of study {source.study}: no MLflow store at {store} "
+                             f"(give it as {source.study}=STORE, or pass --tracking-uri)")
+    out = writable_folder(Path(args.report_dir) if args.report_dir else Path(args.out) / "paper", "--report-dir")
+    paths = write_paper(sources, out, formats=formats, experiment=args.experiment)
+    print("paper: " + ", ".join(str(p) for p in paths))
+    print(f"next: cd {shlex.quote(str(out))} && pdflatex paper_preview.tex")
     return 0
 
 
@@ -548,11 +581,14 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(handler=cmd_list)
 
     report = commands.add_parser("report", help="tables and figures of a study from MLflow")
-    report.add_argument("study")
+    report.add_argument("study", nargs="?")
+    report.add_argument("--paper", nargs="+", metavar="STUDY[=STORE]",
+                        help="MAE Table 1 with a sub-table per study (in this order) and Figure 5; "
+                             "STORE: a tracking URI, an mlflow.db or its folder (default: --out's mlflow.db)")
     report.add_argument("--out", default=DEFAULT_OUT,
                         help="the study's output folder, as given to run: its mlflow.db is read (default: mae_runs)")
     report.add_argument("--report-dir", help="where the report goes (default: OUT/STUDY/report, "
-                                             "OUT/STUDY-smoke/report with --smoke)")
+                                             "OUT/STUDY-smoke/report with --smoke, OUT/paper with --paper)")
     report.add_argument("--smoke", action="store_true",
                         help="report a smoke run (without it only full runs are read; a smoke report says so)")
     report.add_argument("--format", default="png,pdf", help="figure formats: png,pdf,svg")

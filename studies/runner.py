@@ -68,6 +68,7 @@ class RunOptions:
     gpus_per_trial: float = 0.0
     max_failures: int = 2  # Ray retries of a crashed trial (a diverging trial is not retried)
     scheduler: str = "fifo"  # fifo: every cell runs to the end; asha: stop poor trials early (exploration only)
+    command: str | None = None  # the command line that started the study, for its report
 
 
 @dataclass(frozen=True)
@@ -401,6 +402,8 @@ def _create_parent(client, experiment_id: str, plan: StudyPlan, options: RunOpti
         "ray_address": options.address or "local", "paper": plan.study.paper,
         # the row every other row is compared with; a report reads it from here (MLflow alone)
         "reference": json.dumps(plan.reference, default=str), **plan_tags(plan),
+        # provenance a report states: the exact command and the driver's machine
+        "machine": tracking.machine(), **({"command": options.command} if options.command else {}),
     })
     state = {"study": plan.study.name, "parent_run_id": parent, "name": name,
              "ray_path": str(options.out_dir / "ray" / name),

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import getpass
 import logging
+import os
+import platform
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -80,6 +82,23 @@ def user() -> str:
         return getpass.getuser()
     except (OSError, KeyError):  # no USER/LOGNAME and no passwd entry (some containers)
         return "unknown"
+
+
+def machine() -> str:
+    """The machine a study's driver ran on, for a report's provenance: OS, CPU model and core
+    count, GPU (if CUDA sees one), Python and torch versions. No host name."""
+    cpu = platform.processor() or platform.machine()
+    try:  # Linux names the model here; platform.processor() is often empty
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    import torch  # the driver has imported it already (the study's data); light here
+
+    gpu = (f"{torch.cuda.device_count()}× {torch.cuda.get_device_name(0)}" if torch.cuda.is_available()
+           else "no GPU")
+    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores ({cpu}), {gpu}; "
+            f"Python {platform.python_version()}, torch {torch.__version__}")
 
 
 def source_tags() -> dict[str, str]:

@@ -7,6 +7,7 @@ the checkpoint, and never logs a metric step twice.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -15,7 +16,8 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from evaluation.reconstructions import close, reconstruction_figure
+from evaluation.reconstruction_grid import ARTIFACT as RECONSTRUCTIONS, close, render, save_npz
+from evaluation.reconstructions import reconstruction_grid
 from mae_core.config import Config
 from evaluation import evaluate_trial
 from mae_core.models import config_variant_name
@@ -30,6 +32,17 @@ class TrialOutcome:
     run_id: str
     metrics: dict[str, float]
     train_seconds: float
+
+
+def _log_reconstructions(client: MlflowClient, run_id: str, model, config: Config, data: PatchData) -> None:
+    """The grid as a PNG (MLflow's UI) and as arrays (``reconstructions.npz``: the report
+    redraws it at print size, as vector PDF, from the store alone)."""
+    grid = reconstruction_grid(model, config, data.test_patches, data.image_shape, seed=config.seed)
+    figure = render(grid)
+    client.log_figure(run_id, figure, "reconstructions.png")
+    close(figure)
+    with tempfile.TemporaryDirectory() as folder:
+        client.log_artifact(run_id, str(save_npz(grid, Path(folder) / RECONSTRUCTIONS)))
 
 
 def trial_run_name(config: Config, prefix: str = "") -> str:
@@ -120,9 +133,7 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
     fresh = {k: v for k, v in metrics.items() if k not in already_logged}
     tracking.log_metrics(client, run_id, fresh, config.steps, int(time.time() * 1000))
 
-    figure = reconstruction_figure(result.model, config, data.test_patches, data.image_shape, seed=config.seed)
-    client.log_figure(run_id, figure, "reconstructions.png")
-    close(figure)
+    _log_reconstructions(client, run_id, result.model, config, data)
     if checkpoint_path is not None and Path(checkpoint_path).exists():
         client.log_artifact(run_id, str(checkpoint_path), artifact_path="checkpoint")
     logged.log_encoder(client, run_id, result.model, config, data.test_patches[:2])

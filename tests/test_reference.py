@@ -102,3 +102,23 @@ def test_the_report_finds_the_default_reference_of_a_zipped_grid():
     frame = pd.DataFrame({"decoder_depth": [1, 2], "encoder_width": [32, 64], "encoder_heads": [2, 4]})
     reference, named = study_reference(info, frame, ["decoder_depth", "encoder_width", "encoder_heads"])
     assert not named and reference == {"decoder_depth": 2, "encoder_width": 64, "encoder_heads": 4}
+
+
+def test_the_parent_run_records_the_command_and_the_machine_for_the_report(tmp_path):
+    from studies import tracking
+    from studies.runner import RunOptions, StudyPlan, _create_parent
+
+    study = STUDIES["mask_token"]
+    plan = StudyPlan(study=study, base={}, axes={**study.grid_axes(), "seed": [0]},
+                     cells=study.cells(seeds=(0,)), reference=study.reference_cell())
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment = tracking.ensure_experiment(client, "mae-study", uri)
+    command = "mae-study run mask_token seeds=0"
+    state = _create_parent(client, experiment, plan,
+                           RunOptions(out_dir=tmp_path / "out", tracking_uri=uri, command=command))
+    tags = client.get_run(state["parent_run_id"]).data.tags
+    assert tags["command"] == command and tags["paper"] == "MAE Table 1c"
+    assert "CPU cores" in tags["machine"] and "torch" in tags["machine"]
+    state = _create_parent(client, experiment, plan, RunOptions(out_dir=tmp_path / "out2", tracking_uri=uri))
+    assert "command" not in client.get_run(state["parent_run_id"]).data.tags  # none made up

@@ -165,11 +165,13 @@ def test_report_writes_every_file(report):
     out = report.parent
     names = {p.name for p in out.iterdir()}
     expected = {"index.html", "trials.csv", "summary.csv", "summary.md", "summary.tex", "correlations.csv",
-                "correlations.md"}
-    for fig in ("probe_and_finetune", "risks", "probes", "risk_vs_probe", "training_curves"):
-        expected |= {f"fig_{fig}.{fmt}" for fmt in ("png", "pdf")}
+                "correlations.md", "paper_table.tex"}
+    for fig in ("risks", "probes", "risk_vs_probe", "training_curves"):  # both printed widths
+        expected |= {f"fig_{fig}{size}.{fmt}" for fmt in ("png", "pdf") for size in ("", "_column")}
     assert expected <= names
     assert not any(name.startswith("fig_objectives") for name in names)  # only for objective studies
+    # no trial was fine-tuned: MAE Figure 5's pair would be a copy of fig_probes
+    assert not any(name.startswith("fig_probe_and_finetune") for name in names)
 
 
 def test_trials_csv_is_the_frame_with_the_cell_first(report, frame):
@@ -214,8 +216,9 @@ def test_the_all_visible_error_is_a_column_but_never_a_risk(report, frame):
 def test_index_is_self_contained(report):
     page = report.read_text(encoding="utf-8")
     assert "<table" in page and "probe_linear_acc" in page and "FAILED ×1" in page
-    assert page.count('<img src="data:image/png;base64,') == 5
-    assert "mask_ratio" in page and "6 trials" in page and "sqlite:///" in page
+    assert page.count('<img src="data:image/png;base64,') == 4  # no fine-tuning: no Figure 5 pair
+    assert "mask_ratio" in page and "6 trials" in page and "SQLite file mlflow.db" in page
+    assert "/tmp" not in page and "pytest-of" not in page  # provenance without temporary paths
     assert "http://" not in page and "https://" not in page and "<script" not in page
     assert "Spearman" in (report.parent / "correlations.md").read_text(encoding="utf-8")
 
@@ -227,13 +230,19 @@ def test_metric_vs_axis_has_one_point_per_ratio(frame):
     fig = figures.metric_vs_axis(frame, "mask_ratio", ["test_mae_risk", "probe_linear_acc"])
     try:
         for ax in fig.axes:
-            assert len(ax.lines[0].get_xdata()) == len(RATIOS)
-            assert len(ax.collections) == 1  # the ±sd band
+            means = ax.containers[0].lines[0]  # the error bar's line through the cell means
+            assert len(means.get_xdata()) == len(RATIOS)
+            seeds = sum(len(c.get_offsets()) for c in ax.collections if hasattr(c, "get_offsets")
+                        and c.get_offsets().ndim == 2 and len(c.get_offsets()) and c.get_alpha() == 0.45)
+            assert seeds == 5  # every finished trial a point
             assert "mask ratio" in ax.get_xlabel()
         assert fig.axes[0].get_ylabel() == "masked MSE (pixel² units)"
-        assert fig.axes[1].get_ylabel() == "linear probe accuracy (test split)"
+        assert fig.axes[1].get_ylabel() == "linear probe accuracy (%)"
         # x is the effective ratio (M-k)/M, not the nominal one
-        assert list(fig.axes[0].lines[0].get_xdata()) == sorted(frame["effective_mask_ratio"].unique())
+        assert list(fig.axes[0].containers[0].lines[0].get_xdata()) == sorted(frame["effective_mask_ratio"].unique())
+        # accuracies in %: the mean of the 0.25 cell
+        expected = 100 * np.mean([_metrics(0.25, s)["probe_linear_acc"] for s in SEEDS])
+        assert fig.axes[1].containers[0].lines[0].get_ydata()[0] == pytest.approx(expected)
     finally:
         figures.close(fig)
 
@@ -243,7 +252,7 @@ def test_categorical_axis_is_a_point_plot(frame):
     fig = figures.metric_vs_axis(data, "decoder_depth", ["probe_knn_acc"])
     try:
         ax = fig.axes[0]
-        assert len(ax.lines[0].get_xdata()) == 3
+        assert len(ax.containers[0].lines[0].get_xdata()) == 3
         assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4"]
     finally:
         figures.close(fig)
@@ -252,12 +261,11 @@ def test_categorical_axis_is_a_point_plot(frame):
 def test_probe_and_finetune_uses_knn_without_finetuning(frame):
     fig = figures.probe_and_finetune(frame, "mask_ratio")
     try:
-        assert [ax.get_ylabel() for ax in fig.axes] == ["linear probe accuracy (test split)",
-                                                        "kNN accuracy (test split)"]
+        assert [ax.get_ylabel() for ax in fig.axes] == ["linear probe accuracy (%)", "kNN accuracy (%)"]
         with_ft = frame.assign(finetune_acc=frame["probe_linear_acc"] + 0.02)
         figures.close(fig)
         fig = figures.probe_and_finetune(with_ft, "mask_ratio")
-        assert fig.axes[1].get_ylabel() == "fine-tuning accuracy (test split)"
+        assert fig.axes[1].get_ylabel() == "fine-tuning accuracy (%)"
     finally:
         figures.close(fig)
 
@@ -283,14 +291,15 @@ def test_training_curves_one_line_per_cell(store, frame):
         figures.close(fig)
 
 
-def test_objectives_comparison_bars(frame):
+def test_objectives_comparison_has_a_panel_per_metric(frame):
     objectives = frame[frame["status"] == "FINISHED"].head(3).assign(objective=["ae", "dae", "mae"])
     fig = figures.objectives_comparison(objectives)
-    try:
-        ax = fig.axes[0]
-        # 3 probes × (3 objectives + random init)
-        assert len([p for p in ax.patches if p.get_height() > 0]) == 3 * 4
-        assert ax.get_ylabel() == "accuracy (test split)"
+    try:  # one metric per panel (MAE Table 1), the objectives in Config's order, as words
+        assert [" ".join(ax.get_ylabel().split()) for ax in fig.axes] == [  # wrapped to the panel's height
+            "linear probe accuracy (%)", "few-shot probe accuracy (%)", "kNN accuracy (%)"]
+        for ax in fig.axes:
+            assert [t.get_text() for t in ax.get_xticklabels()] == ["MAE", "AE", "DAE"]
+            assert len(ax.containers[0].lines[0].get_xdata()) == 3
     finally:
         figures.close(fig)
 

@@ -126,3 +126,23 @@ def test_planted_duplicates_reach_the_trial_metrics(tmp_path):
         assert prepare_data(config.with_updates(test_limit=2)).train_test_duplicates == 2  # the images kept
     metrics = evaluate_trial(build_model(config), config, data, probes=False)
     assert metrics["data_train_test_duplicates"] == 3.0
+
+
+def test_a_trial_logs_its_reconstructions_as_arrays_a_report_can_redraw(tmp_path):
+    import numpy as np
+
+    from evaluation import reconstruction_grid
+
+    config = tiny_config(steps=4, target="norm_eps", mask_ratio=0.5)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    outcome = run_trial(config, prepare_data(config), tracking_uri=uri)
+    client = MlflowClient(uri)
+    assert {a.path for a in client.list_artifacts(outcome.run_id)} >= {"reconstructions.png",
+                                                                       reconstruction_grid.ARTIFACT}
+    grid = reconstruction_grid.load_npz(client.download_artifacts(outcome.run_id, reconstruction_grid.ARTIFACT,
+                                                                  str(tmp_path)))
+    assert grid.original.shape == grid.reconstruction.shape == (8, 8, 8, 1) and grid.hidden.shape == (8, 8, 8)
+    assert grid.target == "norm_eps" and grid.denormalised and grid.objective == "mae"
+    # every image hides exactly the effective ratio of its pixels (patch 2: whole patches)
+    assert np.allclose(grid.hidden.mean(axis=(1, 2)), config.effective_mask_ratio)
+    assert np.array_equal(grid.shown[~grid.hidden], grid.original[~grid.hidden])

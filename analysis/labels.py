@@ -1,0 +1,104 @@
+"""Words for a paper: what an axis is called, how its values read, what a metric's column is.
+
+One small table each, read by the figures, the paper tables and the report page, so a value
+reads the same everywhere (``mask_token_in_encoder=False`` is "not in encoder" on an axis, in a
+legend and in Table 1c alike). Config keys and values stay the names in run names and CSVs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from evaluation.metrics import METRICS
+
+# Axis titles with their unit (figures).
+AXIS_LABELS = {
+    "mask_ratio": "mask ratio ρ (effective)", "effective_mask_ratio": "mask ratio ρ (effective)",
+    "decoder_depth": "decoder depth (blocks)", "decoder_width": "decoder width (channels)",
+    "encoder_depth": "encoder depth (blocks)", "encoder_width": "encoder width (channels)",
+    "steps": "pretraining length (updates)", "target": "reconstruction target",
+    "mask_sampling": "mask sampling", "mask_token_in_encoder": "mask token",
+    "objective": "objective", "corruption": "corruption", "corruption_level": "corruption level",
+    "lr": "base learning rate (per 256 images)", "batch_size": "batch size (images)",
+    "eval.finetune_blocks": "blocks fine-tuned (last n; all: every weight)",
+}
+
+# Sub-table titles, as MAE Table 1 names its parts: (a) decoder depth, (c) mask token, ...
+SETTING_NAMES = {
+    "mask_ratio": "mask ratio", "effective_mask_ratio": "mask ratio", "decoder_depth": "decoder depth",
+    "decoder_width": "decoder width", "encoder_depth": "encoder depth", "encoder_width": "encoder width",
+    "steps": "pretraining length", "target": "reconstruction target", "mask_sampling": "mask sampling",
+    "mask_token_in_encoder": "mask token", "objective": "objective", "corruption": "corruption",
+    "corruption_level": "corruption level", "lr": "learning rate", "batch_size": "batch size",
+}
+
+# The first column's head in a table, as MAE Table 1 writes it (its sub-caption names the setting).
+TABLE_HEADS = {
+    "decoder_depth": "blocks", "encoder_depth": "blocks", "decoder_width": "dim", "encoder_width": "dim",
+    "mask_ratio": "ratio", "effective_mask_ratio": "ratio", "steps": "updates", "target": "case",
+    "mask_sampling": "case", "mask_token_in_encoder": "case", "objective": "case",
+}
+
+# Values that read badly as Python: booleans and internal names (MAE Table 1c and 1d's words).
+VALUE_LABELS: dict[str, dict[Any, str]] = {
+    "mask_token_in_encoder": {False: "not in encoder", True: "in encoder"},
+    "target": {"raw": "pixel (w/o norm)", "norm": "pixel (w/ norm)", "norm_eps": "pixel (w/ norm+ε)"},
+    "objective": {"mae": "MAE", "dae": "DAE", "ae": "AE"},
+    "class_token": {False: "avg. pool", True: "class token"},
+    "corruption": {None: "none", "none": "none", "salt_pepper": "salt & pepper"},
+}
+
+# Table 1's columns: the downstream accuracies in MAE's order (fine-tune first), short names.
+TABLE_COLUMNS = {"finetune_acc": "fine-tune", "probe_linear_acc": "linear",
+                 "probe_fewshot_acc": "few-shot", "probe_knn_acc": "kNN"}
+# Baseline rows under a table: the metric of each column they fill, by row name.
+BASELINE_ROWS = {
+    "random init": {"finetune_acc": "random_finetune_acc", "probe_linear_acc": "random_probe_linear_acc",
+                    "probe_fewshot_acc": "random_probe_fewshot_acc", "probe_knn_acc": "random_probe_knn_acc"},
+    "raw pixels": {"probe_linear_acc": "pixel_probe_linear_acc", "probe_fewshot_acc": "pixel_probe_fewshot_acc",
+                   "probe_knn_acc": "pixel_probe_knn_acc"},
+    # trained from random init for the length best on validation (the random-init row's
+    # fine-tune ran the same length as the pretrained models')
+    "from scratch": {"finetune_acc": "scratch_best_finetune_acc"},
+}
+
+
+def axis_label(axis: str) -> str:
+    """An axis title with its unit: ``decoder_depth`` -> "decoder depth (blocks)"."""
+    return AXIS_LABELS.get(axis, axis.replace("_", " "))
+
+
+def setting_name(axis: str) -> str:
+    """A sub-table title without unit: ``mask_token_in_encoder`` -> "mask token"."""
+    return SETTING_NAMES.get(axis, axis.replace("_", " "))
+
+
+def table_head(axes) -> str:
+    """The head of a table's setting column: MAE's word for one axis, the names for several."""
+    axes = list(axes)
+    return TABLE_HEADS.get(axes[0], setting_name(axes[0])) if len(axes) == 1 else ", ".join(map(setting_name, axes))
+
+
+def value_text(axis: str | None, value: Any) -> str:
+    """An axis value as a reader sees it: the table above, else booleans as yes/no, missing as
+    "none", floats in their shortest form (0.75, 1e-05), anything else as text."""
+    if isinstance(value, np.generic):  # a frame's numpy.bool_ / int64 reads as the Python value
+        value = value.item()
+    if value is None or (isinstance(value, float) and value != value):
+        return VALUE_LABELS.get(axis or "", {}).get(None, "none")
+    for key, text in VALUE_LABELS.get(axis or "", {}).items():
+        if key == value and type(key) is type(value):  # 1 is not True, 1.0 not 1
+            return text
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return format(value, "g")
+    return str(value)
+
+
+def is_accuracy(metric: str) -> bool:
+    """Accuracies are logged as fractions and shown in % (MAE Table 1, Figure 5)."""
+    known = METRICS.get(metric)
+    return known is not None and known.unit == "fraction"

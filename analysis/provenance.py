@@ -1,0 +1,110 @@
+"""What was run, in words a reader of a report needs: data, model, length, seeds, command, commit,
+machine, date, and where the runs live (without the temporary paths a store may sit under).
+
+Everything comes from the MLflow store: the trials' params and the study's parent-run tags
+(``command`` and ``machine`` are recorded by ``mae-study run``; a store written before they were
+says so, and the command is reconstructed from the study's name).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pandas as pd
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
+
+from .figures import levels
+from .labels import value_text
+
+# (param, how it reads) of the model, in the order a methods section states them.
+_MODEL_KEYS = (("objective", "objective {}"), ("encoder_width", "ViT encoder width {}"),
+               ("encoder_depth", "depth {}"), ("encoder_heads", "{} heads"),
+               ("decoder_width", "decoder width {}"), ("decoder_depth", "depth {}"),
+               ("patch_size", "patch {} px"), ("target", "target {}"))
+
+
+@dataclass(frozen=True)
+class Provenance:
+    rows: list[tuple[str, str]]  # (what, value) in reading order
+    command_recorded: bool
+
+
+def display_uri(tracking_uri: str) -> str:
+    """The store as a reader can use it: an SQLite file by name only (the folder it sat in when
+    the report was made is often temporary); a server's URI as it is, without credentials."""
+    if tracking_uri.startswith("sqlite:///"):
+        return f"SQLite file {Path(tracking_uri.removeprefix('sqlite:///')).name}"
+    parsed = urlparse(tracking_uri)
+    if parsed.password or parsed.username:
+        return parsed._replace(netloc=parsed.hostname + (f":{parsed.port}" if parsed.port else "")).geturl()
+    return tracking_uri
+
+
+def _values(frame: pd.DataFrame, key: str) -> list:
+    if key not in frame:
+        return []
+    return list(dict.fromkeys(v for v in frame[key].tolist() if v is not None and v == v))
+
+
+def _constant_or_range(frame: pd.DataFrame, key: str, fmt: str = "{}") -> str | None:
+    values = _values(frame, key)
+    if not values:
+        return None
+    if len(values) == 1:
+        return fmt.format(value_text(key, values[0]))
+    shown = ", ".join(value_text(key, v) for v in levels(pd.Series(values), key))
+    return f"{fmt.format('').strip()} varies: {shown}"
+
+
+def _model(frame: pd.DataFrame) -> str:
+    parts = [text for key, fmt in _MODEL_KEYS if (text := _constant_or_range(frame, key, fmt))]
+    return ", ".join(parts) or "not recorded"
+
+
+def _seeds(frame: pd.DataFrame) -> str:
+    seeds = sorted(int(s) for s in _values(frame, "seed"))
+    return f"{', '.join(map(str, seeds))} ({len(seeds)} seeds)" if seeds else "not recorded"
+
+
+def _tags(tracking_uri: str, run_id: str) -> dict[str, str]:
+    try:
+        return dict(MlflowClient(tracking_uri).get_run(run_id).data.tags)
+    except MlflowException:
+        return {}
+
+
+def provenance(tracking_uri: str, study: str, info: dict, frame: pd.DataFrame) -> Provenance:
+    """The rows of a report's "what was run" block, from the store alone."""
+    tags = _tags(tracking_uri, info["run_id"])
+    commit = tags.get(MLFLOW_GIT_COMMIT)
+    command = tags.get("command")
+    recorded = command is not None
+    if not recorded:
+        command = f"mae-study run {study}{' --smoke' if info.get('smoke') else ''} (reconstructed: " \
+                  f"this store does not record the command or its overrides)"
+    started = (datetime.fromtimestamp(info["start_time"] / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+               if info.get("start_time") else "unknown")
+    status = frame["status"].value_counts() if "status" in frame else pd.Series(dtype=int)
+    trials = f"{len(frame)} trials: {', '.join(f'{int(v)} {k.lower()}' for k, v in status.items())}"
+    steps = _constant_or_range(frame, "steps", "{} updates")
+    batch = _constant_or_range(frame, "batch_size", "batch {}")
+    rows = [
+        ("study", study + (f" (mirrors {info['paper']})" if info.get("paper") else "")
+         + (" — smoke run, not a finding" if info.get("smoke") else "")),
+        ("dataset", _constant_or_range(frame, "dataset") or "not recorded"),
+        ("model", _model(frame)),
+        ("pretraining", ", ".join(p for p in (steps, batch) if p) or "not recorded"),
+        ("seeds", _seeds(frame)),
+        ("trials", trials),
+        ("command", command),
+        ("git commit", commit or "not recorded (not run from a git checkout)"),
+        ("machine", tags.get("machine", "not recorded by this store")),
+        ("started", started),
+        ("runs", f"MLflow parent run {info['run_id']} in {display_uri(tracking_uri)}"),
+    ]
+    return Provenance(rows, recorded)
