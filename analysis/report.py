@@ -24,6 +24,7 @@ study's ``paper`` row; the figures themselves are :mod:`analysis.figures`'.
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
