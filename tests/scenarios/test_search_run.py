@@ -32,7 +32,7 @@ def cli(args: list[str], cwd) -> subprocess.Popen:
 
 def study_runs(tmp_path):
     """(the parent run, its child runs) of the one study in the store."""
-    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    client = MlflowClient(f"sqlite:///{tmp_path}/mae_runs/mlflow.db")  # run's --out holds the store
     recorded = client.search_runs([e.experiment_id for e in client.search_experiments()])
     [parent] = [r for r in recorded if "mlflow.parentRunId" not in r.data.tags]
     return parent, [r for r in recorded if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
@@ -69,20 +69,20 @@ def test_a_random_search_is_recorded_like_a_grid_and_reported_as_a_ranking(tmp_p
     assert json.loads(parent.data.tags["study_axes"]) == ["mask_ratio", "lr"]
     check_sampled(children, 3)
 
-    report = subprocess.run([sys.executable, "-m", "studies.cli", "report", "mask_ratio", "--format", "png"],
-                            cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    report = subprocess.run([sys.executable, "-m", "studies.cli", "report", "mask_ratio", "--smoke", "--format",
+                             "png"], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr
-    ranking = pd.read_csv(tmp_path / "mae_runs" / "mask_ratio" / "report" / "search.csv")
+    ranking = pd.read_csv(tmp_path / "mae_runs" / "mask_ratio-smoke" / "report" / "search.csv")
     assert len(ranking) == 3 and ranking["rank"].tolist() == [1, 2, 3]
     assert ranking["mean"].is_monotonic_decreasing  # probe accuracy: higher is better
-    assert "zip:" in (tmp_path / "mae_runs" / "mask_ratio" / "report" / "findings.md").read_text()
+    assert "zip:" in (tmp_path / "mae_runs" / "mask_ratio-smoke" / "report" / "findings.md").read_text()
 
 
 def test_an_interrupted_optuna_search_resumes_from_its_saved_searcher(tmp_path):
     pytest.importorskip("optuna")
     driver = cli([*ONE_ARM, "--search", "optuna", "--samples", "2", "--max-concurrent", "1"], tmp_path)
     deadline = time.monotonic() + 600
-    while finished_children(tmp_path / "mlflow.db") < 1:
+    while finished_children(tmp_path / "mae_runs" / "mlflow.db") < 1:
         assert driver.poll() is None, driver.stdout.read()
         assert time.monotonic() < deadline, "no trial finished in time"
         time.sleep(0.5)

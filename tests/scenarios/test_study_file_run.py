@@ -48,7 +48,7 @@ def test_a_zipped_study_file_runs_one_trial_per_row_and_reports_against_a_row(tm
     done = subprocess.run([sys.executable, "-m", "studies.cli", "run", "zipped_widths.yaml", "--smoke"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mae_runs/mlflow.db")  # run's --out holds the store
     runs = mlflow.search_runs(experiment_names=["mae-study"], filter_string="tags.study = 'zipped_widths'")
     children = runs[runs["tags.mlflow.parentRunId"].notna()]
     assert len(children) == 2 and set(children["status"]) == {"FINISHED"}
@@ -58,8 +58,8 @@ def test_a_zipped_study_file_runs_one_trial_per_row_and_reports_against_a_row(tm
     parent = runs[runs["tags.mlflow.parentRunId"].isna()].iloc[0]
     assert parent["tags.zip"] == '[{"encoder_width": [16, 32], "encoder_heads": [2, 4]}]'
 
-    report = subprocess.run([sys.executable, "-m", "studies.cli", "report", "zipped_widths", "--format", "png"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    report = subprocess.run([sys.executable, "-m", "studies.cli", "report", "zipped_widths", "--smoke",
+                             "--format", "png"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr
-    findings = (tmp_path / "mae_runs" / "zipped_widths" / "report" / "findings.md").read_text()
+    findings = (tmp_path / "mae_runs" / "zipped_widths-smoke" / "report" / "findings.md").read_text()
     assert "Reference row: encoder_width=16, encoder_heads=2" in findings  # a whole row, the first
