@@ -125,13 +125,14 @@ def _parse(spec: str) -> tuple[str, Path | None]:
 
 
 def _stamp(path: Path | None) -> int:
-    """The newest mtime of the path and, for a folder, of its entries: part of cache keys, so a
-    rewritten npz, CIFAR or STL-10 file (or a folder gaining or losing entries) is reloaded
-    instead of served stale."""
+    """A fingerprint of the path and, for a folder, of its entries (mtime and size of each): part
+    of cache keys, so a rewritten npz, CIFAR or STL-10 file (or a folder gaining or losing
+    entries) is reloaded instead of served stale. Sizes count because a file appended to within
+    the filesystem's timestamp granularity (a few ms on some) keeps its mtime."""
     if path is None:
         return 0
-    entries = path.iterdir() if path.is_dir() else ()
-    return max([path.stat().st_mtime_ns, *(entry.stat().st_mtime_ns for entry in entries)])
+    entries = sorted(path.iterdir()) if path.is_dir() else []
+    return hash(tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in [path, *entries]))
 
 
 def validate_dataset_name(spec: str) -> str:
