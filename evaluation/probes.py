@@ -362,13 +362,13 @@ def _finetune_scores(model: nn.Module, data: PatchData, checkpoints: Sequence[in
                      shots: int | None = None, lr: float = FINETUNE_LR, batch_size: int = FINETUNE_BATCH,
                      num_classes: int | None = None, layer_decay: float = 1.0,
                      warmup_fraction: float = 0.0, schedule: str = "constant", head: str = "linear") -> list[float]:
-    """Fine-tune a deep copy of ``model`` plus a linear head on ``data``'s train split with
+    """Fine-tune a deep copy of ``model`` plus a head on ``data``'s train split with
     AdamW and cross-entropy; ``score(classifier)`` after each of the ascending update counts
     ``checkpoints``. The step size follows the schedule of a run as long as the last checkpoint
     (:func:`~evaluation.finetune_recipe.finetune_lr`), scaled per layer by ``layer_decay``
-    (:func:`~evaluation.finetune_recipe.layer_groups`); ``head``: see :class:`_Classifier`. One run: with a constant step size and
-    no warm-up, the classifier scored at n updates is the one :func:`finetune_accuracy` with
-    ``steps=n`` trains."""
+    (:func:`~evaluation.finetune_recipe.layer_groups`); ``head``: see :class:`_Classifier`.
+    One run: with a constant step size and no warm-up, the classifier scored at n updates is the
+    one :func:`finetune_accuracy` with ``steps=n`` trains."""
     device = _device(model)
     pool = (torch.from_numpy(fewshot_indices(data.train_labels.numpy(), shots, seed))
             if shots is not None else torch.arange(len(data.train_patches)))

@@ -18,9 +18,7 @@ import typing
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from annotated_types import Ge
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from .errors import UserError
@@ -98,7 +96,7 @@ class EvalConfig(BaseModel):
     bn_linear_weight_decay: float = Field(
         0.0, ge=0.0, description="bn_linear: weight decay of the linear layer (MAE: 0)")
     finetune_steps: int = Field(0, ge=0, description="fine-tuning minibatches; 0 = no fine-tuning")
-    finetune_blocks: Annotated[int, Ge(0)] | Literal["all"] | None = Field(
+    finetune_blocks: NonNegativeInt | Literal["all"] | None = Field(
         None, description="also fine-tune only the last n blocks (MAE Fig. 9); all = every encoder weight")
     finetune_shots: int | None = Field(
         None, ge=1, description="fine-tune on n examples per class, not the whole split")
