@@ -52,7 +52,7 @@ from mae_core.models import build_model
 from mae_core.train import PatchData
 
 from .finetune_recipe import depends_on_length, finetune_lr, layer_groups
-from .linear_head import BNLinearRecipe, bn_linear_accuracy, bn_linear_path
+from .linear_head import BNLinearRecipe, bn_linear_accuracy, bn_linear_head, bn_linear_path
 
 FEATURE_BATCH = 512  # images per forward pass when extracting features
 # Defaults of the pure functions; a trial's values are its typed ``eval.*`` keys (EvalConfig).
@@ -295,12 +295,14 @@ def random_init_model(config: Config, device: torch.device | None = None) -> nn.
 
 
 class _Classifier(nn.Module):
-    """The encoder's ``features()`` followed by a linear head: ``[B,M,q] -> [B,classes]``."""
+    """The encoder's ``features()`` followed by a head: ``[B,M,q] -> [B,classes]``; ``linear``
+    (torch's default initialisation) or ``bn_linear`` (MAE's linear-probe head, BatchNorm
+    without affine then linear: the features' scale no longer sets the head's pace)."""
 
-    def __init__(self, encoder_model: nn.Module, feature_dim: int, num_classes: int):
+    def __init__(self, encoder_model: nn.Module, feature_dim: int, num_classes: int, head: str = "linear"):
         super().__init__()
         self.body = encoder_model
-        self.head = nn.Linear(feature_dim, num_classes)
+        self.head = nn.Linear(feature_dim, num_classes) if head == "linear" else bn_linear_head(feature_dim, num_classes)
 
     def forward(self, patches: torch.Tensor) -> torch.Tensor:
         return self.head(self.body.features(patches))
@@ -359,14 +361,14 @@ def _finetune_scores(model: nn.Module, data: PatchData, checkpoints: Sequence[in
                      score: Callable[[nn.Module], float], blocks: int | str | None = None,
                      shots: int | None = None, lr: float = FINETUNE_LR, batch_size: int = FINETUNE_BATCH,
                      num_classes: int | None = None, layer_decay: float = 1.0,
-                     warmup_fraction: float = 0.0, schedule: str = "constant") -> list[float]:
-    """Fine-tune a deep copy of ``model`` plus a linear head on ``data``'s train split with
+                     warmup_fraction: float = 0.0, schedule: str = "constant", head: str = "linear") -> list[float]:
+    """Fine-tune a deep copy of ``model`` plus a head on ``data``'s train split with
     AdamW and cross-entropy; ``score(classifier)`` after each of the ascending update counts
     ``checkpoints``. The step size follows the schedule of a run as long as the last checkpoint
     (:func:`~evaluation.finetune_recipe.finetune_lr`), scaled per layer by ``layer_decay``
-    (:func:`~evaluation.finetune_recipe.layer_groups`). One run: with a constant step size and
-    no warm-up, the classifier scored at n updates is the one :func:`finetune_accuracy` with
-    ``steps=n`` trains."""
+    (:func:`~evaluation.finetune_recipe.layer_groups`); ``head``: see :class:`_Classifier`.
+    One run: with a constant step size and no warm-up, the classifier scored at n updates is the
+    one :func:`finetune_accuracy` with ``steps=n`` trains."""
     device = _device(model)
     pool = (torch.from_numpy(fewshot_indices(data.train_labels.numpy(), shots, seed))
             if shots is not None else torch.arange(len(data.train_patches)))
@@ -382,7 +384,7 @@ def _finetune_scores(model: nn.Module, data: PatchData, checkpoints: Sequence[in
             parameter.requires_grad_(True)
         with _eval_mode(body), torch.no_grad():
             feature_dim = body.features(data.train_patches[:1].to(device)).shape[1]
-        classifier = _Classifier(body, feature_dim, num_classes).to(device)
+        classifier = _Classifier(body, feature_dim, num_classes, head).to(device)
         named = _named(body, trainable) + [(f"head.{n}", p) for n, p in classifier.head.named_parameters()]
         groups = layer_groups(named, _depth(body), layer_decay)
         if len(groups) == 1:  # one step size for every weight (layer decay off)
@@ -412,11 +414,13 @@ def _finetune_scores(model: nn.Module, data: PatchData, checkpoints: Sequence[in
 def finetune_accuracy(model: nn.Module, data: PatchData, steps: int, *, seed: int,
                       blocks: int | str | None = None, shots: int | None = None, lr: float = FINETUNE_LR,
                       batch_size: int = FINETUNE_BATCH, num_classes: int | None = None,
-                      layer_decay: float = 1.0, warmup_fraction: float = 0.0, schedule: str = "constant") -> float:
-    """Fine-tune a deep copy of ``model`` plus a linear head with AdamW and cross-entropy for
-    ``steps`` minibatches; accuracy on the test split. ``model`` is untouched. Peak step size
-    ``lr``, scaled per layer by ``layer_decay``, over ``schedule`` after a warm-up of
-    ``warmup_fraction`` of the steps (defaults: a constant ``lr`` for every weight).
+                      layer_decay: float = 1.0, warmup_fraction: float = 0.0, schedule: str = "constant",
+                      head: str = "linear") -> float:
+    """Fine-tune a deep copy of ``model`` plus a head (``linear`` or MAE's ``bn_linear``) with
+    AdamW and cross-entropy for ``steps`` minibatches; accuracy on the test split. ``model`` is
+    untouched. Peak step size ``lr``, scaled per layer by ``layer_decay``, over ``schedule``
+    after a warm-up of ``warmup_fraction`` of the steps (defaults: a constant ``lr`` for every
+    weight, a linear head).
 
     The labelled set is the whole train split, or ``shots`` examples per class (seed 001's
     exercise: fine-tune end to end on the few-shot probe's examples); a labelled set no larger
@@ -426,14 +430,15 @@ def finetune_accuracy(model: nn.Module, data: PatchData, steps: int, *, seed: in
     (accuracy,) = _finetune_scores(
         model, data, (steps,), seed=seed, blocks=blocks, shots=shots, lr=lr, batch_size=batch_size,
         num_classes=num_classes, layer_decay=layer_decay, warmup_fraction=warmup_fraction, schedule=schedule,
-        score=lambda classifier: _accuracy(classifier, data.test_patches, data.test_labels))
+        head=head, score=lambda classifier: _accuracy(classifier, data.test_patches, data.test_labels))
     return accuracy
 
 
 def choose_finetune_steps(model: nn.Module, choice: PatchData, candidates: Sequence[int], *, seed: int,
                           shots: int | None = None, lr: float = FINETUNE_LR, batch_size: int = FINETUNE_BATCH,
                           num_classes: int | None = None, layer_decay: float = 1.0,
-                          warmup_fraction: float = 0.0, schedule: str = "constant") -> tuple[int, float]:
+                          warmup_fraction: float = 0.0, schedule: str = "constant",
+                          head: str = "linear") -> tuple[int, float]:
     """``(steps, validation accuracy)``: the update count of ``candidates`` at which fine-tuning
     ``model`` on ``choice``'s train split (the fit part) scores best on its test split (the
     validation split, see :meth:`ValidationSplit.choice_data`). One run scored in chunks when
@@ -441,7 +446,7 @@ def choose_finetune_steps(model: nn.Module, choice: PatchData, candidates: Seque
     candidate (each length has its own schedule)."""
     candidates = sorted(candidates)
     options = dict(seed=seed, shots=shots, lr=lr, batch_size=batch_size, num_classes=num_classes,
-                   layer_decay=layer_decay, warmup_fraction=warmup_fraction, schedule=schedule,
+                   layer_decay=layer_decay, warmup_fraction=warmup_fraction, schedule=schedule, head=head,
                    score=lambda classifier: _accuracy(classifier, choice.test_patches, choice.test_labels))
     if depends_on_length(warmup_fraction, schedule):
         scores = [_finetune_scores(model, choice, (n,), **options)[0] for n in candidates]
@@ -491,7 +496,8 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
         num_classes = int(data.train_labels.max()) + 1
         options = dict(seed=seed, shots=settings.finetune_shots, lr=settings.finetune_lr,
                        batch_size=settings.finetune_batch_size, num_classes=num_classes,
-                       warmup_fraction=settings.finetune_warmup_fraction, schedule=settings.finetune_schedule)
+                       warmup_fraction=settings.finetune_warmup_fraction, schedule=settings.finetune_schedule,
+                       head=settings.finetune_head)
         pretrained = dict(options, layer_decay=settings.finetune_layer_decay)
         metrics["finetune_acc"] = finetune_accuracy(model, data, settings.finetune_steps, **pretrained)
         metrics["random_finetune_acc"] = finetune_accuracy(fresh, data, settings.finetune_steps, **options)

@@ -400,6 +400,26 @@ def test_layer_decay_applies_to_the_pretrained_encoder_only(tiny, monkeypatch):
     assert groups == [3, 1, 1, 2]
 
 
+def test_finetune_head_bn_linear_puts_batchnorm_before_every_finetuning_head(tiny, monkeypatch):
+    model, config, data = tiny
+    heads = []
+
+    class Recording(probes._Classifier):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            heads.append(self.head)
+
+    monkeypatch.setattr(probes, "_Classifier", Recording)
+    probe_metrics(model, config, data, finetune_steps=2, finetune_head="bn_linear", scratch_max_steps=2,
+                  scratch_eval_every=2, linear_cs=(1.0,), knn_ks=(5,))
+    assert len(heads) == 3  # pretrained, random init, the from-scratch length search
+    for norm, linear in heads:
+        assert isinstance(norm, torch.nn.BatchNorm1d) and not norm.affine and linear.out_features == 10
+        assert int(norm.num_batches_tracked) == 2  # trained: two updates' batch statistics
+    with pytest.raises(ConfigError, match="finetune_head=bn_linear needs eval.finetune_steps > 0"):
+        Config(**TINY, **{"eval.finetune_head": "bn_linear"})
+
+
 # --------------------------------------------------- defaults keep main's numbers, bitwise
 
 MAIN_COMMIT = "bccb6415aef97b9395616921de1b11d5e0055a04"  # main before the paper's probes (issue 16)

@@ -112,6 +112,7 @@ def test_partial_finetune_study_mirrors_mae_figure_9():
     for config in configs:
         assert config.eval.finetune_steps == 20  # shortened in smoke mode
         assert (config.eval.finetune_layer_decay, config.eval.finetune_schedule) == (0.75, "cosine")
+        assert config.eval.finetune_head == "bn_linear"  # 0 blocks = MAE's linear-probe head
         assert config.resolved()["eval.finetune_blocks"] in (0, "all")  # logged as a param
 
 
