@@ -234,6 +234,42 @@ def is_due(step: int, every: int, total: int) -> bool:
     return step == total or (every > 0 and step % every == 0)
 
 
+@dataclass
+class LoopState:
+    """Where the loop starts: step 0 with nothing recorded, or where a checkpoint left it. The
+    loss summed since the last record travels too, so a resumed history equals the uninterrupted
+    one even when checkpoint_every is no multiple of log_every."""
+    step: int = 0
+    history: list[tuple[int, float]] = field(default_factory=list)  # (step, mean train_loss)
+    running_sum: float = 0.0
+    since_log: int = 0
+    resumed: bool = False
+
+
+def restore_loop(checkpoint_path: Path | None, config: Config, model: nn.Module,
+                 optimizer: torch.optim.Optimizer, sampler: torch.Generator,
+                 scaler) -> tuple[LoopState, list[str]]:
+    """Load the newest readable checkpoint under ``checkpoint_path`` into the model, optimizer,
+    sampler and scaler, and say where the loop resumes (a fresh LoopState when there is none).
+    Refuses, with CheckpointError, a checkpoint written with another config."""
+    state, warnings = load_latest_checkpoint(checkpoint_path) if checkpoint_path else (None, [])
+    if state is None:
+        return LoopState(), warnings
+    changed = changed_keys(config, state["config"])
+    if changed:
+        raise CheckpointError(f"checkpoint {checkpoint_path} was written with different "
+                              f"values of {', '.join(changed)}; resume with the same config")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    sampler.set_state(state["sampler"])
+    if "scaler" in state:
+        scaler.load_state_dict(state["scaler"])
+    return LoopState(step=int(state["step"]),
+                     history=[(int(s), float(v)) for s, v in state["history"]],
+                     running_sum=float(state.get("running_sum", 0.0)),
+                     since_log=int(state.get("since_log", 0)), resumed=True), warnings
+
+
 def train(
     config: Config,
     data: PatchData,
@@ -255,26 +291,8 @@ def train(
     optimizer = build_optimizer(model, config)
     scaler = grad_scaler(config.precision, device)  # a no-op unless precision=fp16
     sampler = torch.Generator().manual_seed(config.seed + 1)  # draws I_t, V_t and corruptions
-    history: list[tuple[int, float]] = []
-    start, resumed_from, warnings = 0, None, []
-    running_sum, since_log = 0.0, 0  # train_loss accumulated since the last record
-    if checkpoint_path is not None:
-        state, warnings = load_latest_checkpoint(checkpoint_path)
-        if state is not None:
-            changed = changed_keys(config, state["config"])
-            if changed:
-                raise CheckpointError(f"checkpoint {checkpoint_path} was written with different "
-                                      f"values of {', '.join(changed)}; resume with the same config")
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            sampler.set_state(state["sampler"])
-            if "scaler" in state:
-                scaler.load_state_dict(state["scaler"])
-            start = resumed_from = int(state["step"])
-            history = [(int(s), float(v)) for s, v in state["history"]]
-            # a checkpoint between two records carries the partial sum, so the resumed history
-            # equals the uninterrupted one even when checkpoint_every is no multiple of log_every
-            running_sum, since_log = float(state.get("running_sum", 0.0)), int(state.get("since_log", 0))
+    loop, warnings = restore_loop(checkpoint_path, config, model, optimizer, sampler, scaler)
+    history, since_log = loop.history, loop.since_log
 
     # The pretraining images as stored (uint8: a quarter of float32) live on the device when
     # they are in memory; a batch is gathered and converted there, and only the B indices and
@@ -287,7 +305,7 @@ def train(
     step_fn = torch.compile(model) if config.compile_enabled else model
     forward_precision = autocast(config.precision, device)  # the loss below is always fp32
     peak = config.actual_lr
-    running = torch.tensor(running_sum, dtype=torch.float64, device=device)
+    running = torch.tensor(loop.running_sum, dtype=torch.float64, device=device)
     watch = DivergenceWatch(device)
 
     def lr_at(t: int) -> float:
@@ -295,7 +313,7 @@ def train(
                              total_steps=config.steps, schedule=config.schedule)
 
     model.train()
-    for t in range(start, config.steps):
+    for t in range(loop.step, config.steps):
         lr = lr_at(t)
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -358,7 +376,7 @@ def train(
             raise TrainingInterrupted(done, checkpoint_path)
     model.eval()
     return TrainResult(model=model, steps=config.steps, history=history,
-                       resumed_from=resumed_from, warnings=warnings)
+                       resumed_from=loop.step if loop.resumed else None, warnings=warnings)
 
 
 def batch_target(patches: torch.Tensor, kind: str) -> torch.Tensor:
