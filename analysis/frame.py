@@ -3,7 +3,9 @@
 A study is a parent run tagged ``study=<name>`` (with ``study_axes``, a JSON list of axis keys,
 and ``grid``, JSON of the axes); its trials are child runs (``mlflow.parentRunId``) whose params
 are the resolved config as strings. Only the newest parent of a study is read, so re-running a
-study replaces its report rather than mixing two grids.
+study replaces its report rather than mixing two grids; ``smoke=True``/``False`` narrows that to
+smoke or full runs (a parent tagged ``smoke`` = "True" is a smoke run), which ``mae-study
+report`` always does, so a smoke run is never reported as the study nor the reverse.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ def _field_types(annotation: Any) -> tuple[type, ...]:
     """The scalar types a Config annotation admits: ``int | None`` -> (int, NoneType);
     ``Literal["a"]`` -> (str,)."""
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:  # a bounded member of a union (``int ≥ 0 | all``): its type
+        return _field_types(typing.get_args(annotation)[0])
     if origin is typing.Literal:
         return tuple({type(v) for v in typing.get_args(annotation)})
     if origin in (typing.Union, types.UnionType):
@@ -136,8 +140,9 @@ def _search(client: MlflowClient, experiment_id: str, filter_string: str) -> lis
 
 
 def _study_runs(tracking_uri: str, study: str, experiment: str,
-                parent_run_id: str | None = None) -> tuple[Run, list[Run]]:
-    """(newest parent run of ``study``, or the one with ``parent_run_id``; its child runs)."""
+                parent_run_id: str | None = None, smoke: bool | None = None) -> tuple[Run, list[Run]]:
+    """(newest parent run of ``study``, or the one with ``parent_run_id``; its child runs).
+    ``smoke`` True or False reads only a smoke or only a full run (see :func:`choose_study_run`)."""
     client = _client(tracking_uri)
     experiment_id = _experiment_id(client, experiment, tracking_uri)
     quoted = study.replace("'", "\\'")
@@ -154,11 +159,34 @@ def _study_runs(tracking_uri: str, study: str, experiment: str,
             ids = ", ".join(f"{run.info.run_id} ({run.info.run_name})" for run in parents)
             raise ReportError(f"--run {parent_run_id} is not a run of study {study!r}; its runs: {ids}")
         parents = chosen
+    if smoke is not None:
+        parents = _of_kind(parents, study, smoke, tracking_uri, parent_run_id)
     parent = max(parents, key=lambda run: run.info.start_time or 0)
     children = [run for run in tagged if run.data.tags.get(MLFLOW_PARENT_RUN_ID) == parent.info.run_id]
     if not children:
         raise ReportError(f"study {study!r} (run {parent.info.run_id}) has no trial runs in {tracking_uri}")
     return parent, children
+
+
+def is_smoke(parent: Run) -> bool:
+    """A smoke run of a study (its parent's ``smoke`` tag is "True")."""
+    return parent.data.tags.get("smoke") == "True"
+
+
+def _of_kind(parents: list[Run], study: str, smoke: bool, tracking_uri: str,
+             parent_run_id: str | None) -> list[Run]:
+    """The smoke (or full) runs among ``parents``; refuses, naming the flag, when there are none
+    but runs of the other kind: a report never takes a smoke run for the study or the reverse."""
+    kept = [run for run in parents if is_smoke(run) == smoke]
+    if kept:
+        return kept
+    if parent_run_id is not None:
+        raise ReportError(f"--run {parent_run_id} is a {'full' if smoke else 'smoke'} run of study {study!r}: "
+                          + ("drop --smoke to report it" if smoke else "pass --smoke to report it (its title says so)"))
+    if smoke:
+        raise ReportError(f"study {study!r} has no smoke run in {tracking_uri}, only full runs: drop --smoke")
+    raise ReportError(f"study {study!r} has only smoke runs in {tracking_uri}: pass --smoke to report one "
+                      "(its title says so), or run the full study first")
 
 
 def _row(run: Run, study: str) -> dict[str, Any]:
@@ -181,15 +209,16 @@ def _row(run: Run, study: str) -> dict[str, Any]:
 
 
 def load_runs(tracking_uri: str, study: str, experiment: str = "mae-study",
-              parent_run_id: str | None = None) -> pd.DataFrame:
-    """A row per trial of the newest run of ``study`` (or of its run ``parent_run_id``).
+              parent_run_id: str | None = None, smoke: bool | None = None) -> pd.DataFrame:
+    """A row per trial of the newest run of ``study`` (or of its run ``parent_run_id``; with
+    ``smoke`` True or False, of its newest smoke or full run only).
 
     Columns: ``run_id, run_name, status, study, cell_id, failure_reason``, every param typed as
     Config declares it (``seed`` int, ``mask_ratio`` float, ``class_token`` bool, None kept),
     and every metric's last value as float; each of :data:`FINAL_METRICS` is present (NaN when
     no run logged it). Sorted by the study's axes, then seed.
     """
-    parent, children = _study_runs(tracking_uri, study, experiment, parent_run_id)
+    parent, children = _study_runs(tracking_uri, study, experiment, parent_run_id, smoke)
     frame = pd.DataFrame([_row(run, study) for run in children])
     for metric in FINAL_METRICS:
         if metric not in frame:
@@ -225,11 +254,13 @@ def load_study_axes(tracking_uri: str, study: str, experiment: str = "mae-study"
 
 
 def load_study_info(tracking_uri: str, study: str, experiment: str = "mae-study",
-                    parent_run_id: str | None = None) -> dict[str, Any]:
+                    parent_run_id: str | None = None, smoke: bool | None = None) -> dict[str, Any]:
     """The parent run's id, name, start time (ms), axes and grid, for a report's header; its
     ``smoke`` tag (True only for "True"), ``paper`` and ``reference`` (the tag's JSON mapping of
-    axis -> value, None where the tag is absent or unreadable)."""
-    parent, _ = _study_runs(tracking_uri, study, experiment, parent_run_id)
+    axis -> value, None where the tag is absent or unreadable), ``zip`` (the zipped groups, a
+    list of key -> values mappings; empty for none) and ``search`` (the search's algorithm,
+    samples, metric, mode and space; None for a grid)."""
+    parent, _ = _study_runs(tracking_uri, study, experiment, parent_run_id, smoke)
     tags = parent.data.tags
     try:
         grid = json.loads(tags.get("grid", "{}"))
@@ -239,10 +270,21 @@ def load_study_info(tracking_uri: str, study: str, experiment: str = "mae-study"
         reference = json.loads(tags["reference"]) if "reference" in tags else None
     except json.JSONDecodeError:
         reference = None
+    zipped, search = _json_tag(tags, "zip", list), _json_tag(tags, "search", dict)
     return {"run_id": parent.info.run_id, "run_name": parent.info.run_name,
             "start_time": parent.info.start_time, "axes": _axes_of(parent), "grid": grid,
-            "smoke": tags.get("smoke") == "True", "paper": tags.get("paper"),
-            "reference": reference if isinstance(reference, dict) else None}
+            "smoke": is_smoke(parent), "paper": tags.get("paper"),
+            "reference": reference if isinstance(reference, dict) else None,
+            "zip": [g for g in zipped or [] if isinstance(g, dict)], "search": search}
+
+
+def _json_tag(tags: dict[str, str], key: str, kind: type):
+    """The parent's JSON tag ``key`` when it holds a ``kind``; else None (absent or unreadable)."""
+    try:
+        value = json.loads(tags[key]) if key in tags else None
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, kind) else None
 
 
 def load_history(tracking_uri: str, run_ids: list[str], key: str = "train_loss") -> pd.DataFrame:

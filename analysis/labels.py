@@ -22,6 +22,7 @@ AXIS_LABELS = {
     "mask_sampling": "mask sampling", "mask_token_in_encoder": "mask token",
     "objective": "objective", "corruption": "corruption", "corruption_level": "corruption level",
     "lr": "base learning rate (per 256 images)", "batch_size": "batch size (images)",
+    "eval.finetune_blocks": "blocks fine-tuned (last n; all: every weight)",
 }
 
 # Sub-table titles, as MAE Table 1 names its parts: (a) decoder depth, (c) mask token, ...

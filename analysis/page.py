@@ -62,6 +62,8 @@ class PageContent:
     correlations: pd.DataFrame
     summary: pd.DataFrame  # every metric by cell, as text
     files: list[str]
+    notes_html: str = ""  # warnings above the findings (trials outside the spec's procedure)
+    numbers_file: str = "comparisons.csv"  # search.csv for a search
 
 
 def html_table(table: pd.DataFrame) -> str:
@@ -94,10 +96,11 @@ def render(content: PageContent) -> str:
         f"<title>mae-study report: {e(content.study)}{smoke}</title><style>{CSS}</style></head><body>",
         f"<h1>Study <code>{e(content.study)}</code>{smoke}</h1>",
         f"<p class='sub'>{mirrors}Every row of every trial: <a href='trials.csv'><code>trials.csv</code></a>.</p>",
-        "<h2>What was run</h2>", _run_table(content.run_rows),
+        "<h2>What was run</h2>", _run_table(content.run_rows), content.notes_html,
         "<h2>Findings</h2>", f"<p>{e(content.findings_text)}</p>",
         html_table(content.findings_table) if len(content.findings_table) else "",
-        "<p class='meta'>Every number behind these words: <a href='comparisons.csv'><code>comparisons.csv</code></a>.</p>",
+        f"<p class='meta'>Every number behind these words: <a href='{e(content.numbers_file)}'>"
+        f"<code>{e(content.numbers_file)}</code></a>.</p>",
         "<h2>Results</h2>",
         "<p>In the form of MAE Table 1: test accuracy (%) as the mean over seeds with the half-width "
         "of its 95% t-interval in small type; shaded: the reference row; italic: baselines. The same "

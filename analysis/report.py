@@ -14,7 +14,8 @@ so in its title.
 Files written to ``out_dir``: ``trials.csv`` (a row per trial: every param and final metric, so
 anyone can recompute every number), ``findings.md``, ``comparisons.csv``, ``paper_table.tex``
 (the study in MAE Table 1's form), ``summary.{csv,md,tex}`` (every metric by cell),
-``correlations.{csv,md}``, ``fig_<what>.<fmt>`` (full text width, 7 in) and
+``correlations.{csv,md}``, for a search ``search.csv`` (its sampled configs ranked within
+each arm, in place of ``comparisons.csv``), ``fig_<what>.<fmt>`` (full text width, 7 in) and
 ``fig_<what>_column.<fmt>`` (one column, 3.3 in) for each requested format,
 ``fig_reconstructions_<cell>.{png,pdf}`` when the trials logged reconstruction grids, and
 ``index.html`` (:mod:`analysis.page`; PNGs embedded as data URIs). Figure captions name the
@@ -23,6 +24,7 @@ study's ``paper`` row; the figures themselves are :mod:`analysis.figures`'.
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,6 +52,7 @@ from evaluation import reconstruction_grid
 from evaluation.metrics import METRICS, RISK_MEANING_AXES
 from mae_core.grid import default_reference
 
+from .search import chosen_zip, search_ranking
 from .labels import value_text
 from .provenance import provenance
 
@@ -202,14 +205,16 @@ def _typed_cell(cell: dict) -> dict:
 def study_reference(info: dict, frame: pd.DataFrame, axes: Sequence[str]) -> tuple[dict, bool]:
     """(the reference cell, whether the study named it): the parent's ``reference`` tag when it
     names every axis, else :func:`mae_core.grid.default_reference` of the grid (the parent's
-    ``grid`` tag, or the axis values in the frame)."""
+    ``grid`` and ``zip`` tags, or the axis values in the frame)."""
     tagged = info.get("reference")
     if isinstance(tagged, dict) and set(tagged) == set(axes):
         return _typed_cell(tagged), True
-    grid = {a: v for a, v in (info.get("grid") or {}).items() if a in axes and isinstance(v, list) and v}
-    if set(grid) != set(axes):
-        grid = {a: list(pd.unique(frame[a])) for a in axes}
-    return _typed_cell(default_reference(grid)), False
+    zipped = tuple(g for g in info.get("zip") or () if set(g) <= set(axes))  # keys that vary together
+    factorial = [a for a in axes if not any(a in g for g in zipped)]
+    grid = {a: v for a, v in (info.get("grid") or {}).items() if a in factorial and isinstance(v, list) and v}
+    if set(grid) != set(factorial):
+        grid = {a: list(pd.unique(frame[a])) for a in factorial}
+    return _typed_cell(default_reference(grid, zipped)), False
 
 
 def _slug(values: dict) -> str:
@@ -335,6 +340,18 @@ def _reconstructions(frame: pd.DataFrame, axes: Sequence[str], tracking_uri: str
             cell, axes, row.get("seed", "?"), "As the trial logged it (a bitmap: these trials predate "
             "the logged arrays that give vector grids; masked patches are grey)."), target.read_bytes()))
     return shown, names
+
+
+def outside_procedure_note(frame: pd.DataFrame) -> str:
+    """A warning paragraph when some trials trained with augmentation (``augment`` other than
+    none): the spec's procedure samples the images as they are, so those runs are outside it."""
+    augmented = frame["augment"].fillna("none") != "none" if "augment" in frame else pd.Series(dtype=bool)
+    if not augmented.any():
+        return ""
+    kinds = ", ".join(sorted(map(str, frame.loc[augmented, "augment"].unique())))
+    return (f"<p class='failed'>{int(augmented.sum())} of {len(frame)} trials trained with augment="
+            f"{html.escape(kinds)}: outside the specification's procedure, which samples each image "
+            "as it is.</p>")
 
 
 # ---------------------------------------------------------------------------------- entry
@@ -481,10 +498,43 @@ def _write_findings(frame: pd.DataFrame, study: str, axes: list[str], info: dict
     return Findings(reference, named, comparisons, display, text), paths
 
 
+def _write_search_findings(frame: pd.DataFrame, study: str, axes: list[str], info: dict,
+                           out: Path) -> tuple[Findings, list[Path]]:
+    """A search's findings: ``search.csv`` (every sampled config ranked within its arm by the
+    search's metric, mean over seeds) and ``findings.md`` (the ranking in words, with a
+    ``zip:`` that pairs each arm with its best values). A search makes no paired claims."""
+    search = info["search"]
+    metric, mode = search.get("metric", "probe_linear_acc"), search.get("mode", "max")
+    searched = [k for k in search.get("space", {}) if k in frame]
+    arms = [a for a in axes if a not in searched]
+    ranking = search_ranking(frame, arms, searched, metric, mode)
+    display = ranking.assign(mean=[_number(v, ".4g") for v in ranking["mean"]],
+                             sd=[_number(v, ".2g") for v in ranking["sd"]])
+    space = ", ".join(f"{k}={v}" for k, v in search.get("space", {}).items())
+    text = (f"A {search.get('algorithm', '')} search of {space}: {search.get('samples', '?')} sampled configs "
+            f"per arm{' (' + ', '.join(arms) + ')' if arms else ''}, each run once per seed, ranked within "
+            f"its arm by the mean of {metric} over its finished seeds ({'lower' if mode == 'min' else 'higher'} "
+            f"is better). {metric} is measured on the test split, so the best value of each arm is an "
+            f"optimistic estimate (it was chosen on the data it is reported on). A search makes no paired "
+            f"claims: compare the arms at their chosen values in a grid study, whose report pairs them by seed.")
+    if info.get("smoke"):
+        text = "Smoke run: a few dozen updates, to exercise the code; the ranking is not a finding. " + text
+    suggestion = chosen_zip(ranking, arms, searched)
+    paths = [out / "search.csv", out / "findings.md"]
+    ranking.to_csv(paths[0], index=False)
+    snippet = (f"\n\nEach arm at its best sampled values, as a study file's grid:\n\n```yaml\n{suggestion}\n```"
+               if suggestion else "")
+    paths[1].write_text(f"# {study}{' (smoke run)' if info.get('smoke') else ''}: search\n\n{text}\n\n"
+                        f"{markdown_table(display)}{snippet}\n", encoding="utf-8")
+    return Findings({}, False, ranking, display, text), paths
+
+
 def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Sequence[str] = ("png", "pdf"),
-                 experiment: str = "mae-study", parent_run_id: str | None = None) -> Path:
+                 experiment: str = "mae-study", parent_run_id: str | None = None,
+                 smoke: bool | None = None) -> Path:
     """Write the report of ``study`` (its newest run, or its run ``parent_run_id``) into
-    ``out_dir``; return the path of ``index.html``.
+    ``out_dir``; return the path of ``index.html``. ``smoke`` True or False reports only a smoke
+    or only a full run, and refuses (one line) when the run found is of the other kind.
 
     Raises :class:`~analysis.frame.ReportError` (one line) when the study has no runs, a
     format is unknown, or ``out_dir`` cannot be written.
@@ -492,8 +542,8 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
     unknown = [f for f in formats if f not in figures.FORMATS]
     if unknown:
         raise ReportError(f"figure format {unknown[0]!r} is not one of {', '.join(figures.FORMATS)}")
-    frame = load_runs(tracking_uri, study, experiment, parent_run_id)
-    info = load_study_info(tracking_uri, study, experiment, parent_run_id)
+    info = load_study_info(tracking_uri, study, experiment, parent_run_id, smoke)
+    frame = load_runs(tracking_uri, study, experiment, info["run_id"])
     out = _writable(out_dir)
     axes = [a for a in info["axes"] if a in frame]
     info["axes"] = axes
@@ -501,7 +551,8 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
     by = axes + (["effective_mask_ratio"] if "mask_ratio" in axes and "effective_mask_ratio" in frame else [])
 
     trials_path = _write_trials(frame, axes, out)
-    findings, findings_paths = _write_findings(frame, study, axes, info, out)
+    write_findings = _write_search_findings if info.get("search") else _write_findings
+    findings, findings_paths = write_findings(frame, study, axes, info, out)
     display, table_paths = _write_tables(frame, study, by, out, info["run_id"])
     table, table_path = _write_paper_table(frame, study, axes, info, findings.reference, out)
     correlations, reading, risks, correlation_paths = _write_correlations(frame, study, axes, out,
@@ -518,6 +569,8 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
         findings_text=findings.text, findings_table=findings.display,
         paper_table_html=paper_table.html_table(table), failures=failures, figures=figs,
         reconstructions=recons, correlation_reading=reading, correlations=correlations.round(3),
-        summary=display, files=files + fig_files + recon_files + [index.name])
+        summary=display, files=files + fig_files + recon_files + [index.name],
+        notes_html=outside_procedure_note(frame),
+        numbers_file="search.csv" if info.get("search") else "comparisons.csv")
     index.write_text(page.render(content), encoding="utf-8")
     return index

@@ -95,25 +95,19 @@ def our_step(config: Config, images: torch.Tensor, compiled: bool = False) -> Ca
     return step
 
 
-def peer_model(config: Config, images: torch.Tensor):
-    """``transformers``' ViTMAEForPreTraining with our config's sizes (the same model)."""
-    from transformers import ViTMAEConfig, ViTMAEForPreTraining
+def peer_model(config: Config):
+    """``transformers``' ViTMAEForPreTraining with our config's sizes (the same model; the config
+    mapping is :func:`mae_core.transformers_port.vitmae_config`), in its own initialisation."""
+    from transformers import ViTMAEForPreTraining
+
+    from mae_core.transformers_port import vitmae_config
 
     torch.manual_seed(0)
-    return ViTMAEForPreTraining(ViTMAEConfig(
-        image_size=images.shape[-1], patch_size=config.resolved_patch_size, num_channels=images.shape[1],
-        hidden_size=config.encoder_width, num_hidden_layers=config.encoder_depth,
-        num_attention_heads=config.encoder_heads, intermediate_size=int(config.encoder_width * config.mlp_ratio),
-        decoder_hidden_size=config.decoder_width, decoder_num_hidden_layers=config.decoder_depth,
-        decoder_num_attention_heads=config.decoder_heads,
-        decoder_intermediate_size=int(config.decoder_width * config.mlp_ratio),
-        mask_ratio=config.mask_ratio, norm_pix_loss=config.target != "raw",
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, attn_implementation="sdpa",
-    ))
+    return ViTMAEForPreTraining(vitmae_config(config))
 
 
 def peer_step(config: Config, images: torch.Tensor) -> Callable[[], None]:
-    peer = peer_model(config, images)
+    peer = peer_model(config)
     optimizer = torch.optim.AdamW(peer.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)
 
     def step() -> None:

@@ -124,7 +124,7 @@ def our_step(config: Config, images: torch.Tensor, device: torch.device, compile
 def peer_step(config: Config, images: torch.Tensor, device: torch.device, compiled: bool) -> Callable[[], None]:
     from .bench import peer_model
 
-    peer = peer_model(config, images).to(device)
+    peer = peer_model(config).to(device)
     optimizer = torch.optim.AdamW(peer.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)
     forward = torch.compile(peer) if compiled else peer
     pixels = images.to(device)

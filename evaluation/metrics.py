@@ -55,6 +55,10 @@ def _chosen(prefix: str, whose: str) -> tuple[Metric, ...]:
     return (
         Metric(f"{prefix}linear_c", "bookkeeping", f"linear-probe C ({whose})",
                f"logistic-regression strength C chosen on validation ({whose})", "C", False),
+        # eval.linear_head=bn_linear logs its chosen SGD base step size instead of a C
+        Metric(f"{prefix}linear_lr", "bookkeeping", f"linear-probe step size ({whose})",
+               f"bn_linear head's SGD base step size chosen on validation ({whose})",
+               "step size per 256 images", False),
         Metric(f"{prefix}fewshot_c", "bookkeeping", f"few-shot probe C ({whose})",
                f"few-shot logistic-regression strength C chosen on validation ({whose})", "C", False),
         Metric(f"{prefix}knn_k", "bookkeeping", f"kNN k ({whose})",

@@ -10,14 +10,21 @@ them stand training from scratch for the same number of updates (``random_finetu
 from scratch with its own budget chosen on validation (``scratch_best_finetune_acc``), so
 "pretraining helps" is tested against a well-trained model.
 
+What the frozen probes read is ``eval.features`` (:data:`mae_core.models.FEATURE_POOLS`: the
+mean-pooled tokens, the class token MAE's linear probe reads, or both); the linear probe's head is
+``eval.linear_head``: standardised logistic regression, or MAE's BatchNorm-without-affine plus
+linear layer trained by SGD (:mod:`evaluation.linear_head`). Fine-tuning follows
+``eval.finetune_*`` (:mod:`evaluation.finetune_recipe`): AdamW at a constant step size by default,
+or MAE's recipe with layer-wise decay, warm-up and cosine.
+
 Choices and the test split: every setting a probe chooses (the logistic-regression strength C
-of the linear and few-shot probes, the kNN k, the from-scratch training length) is chosen on a
-validation split carved from the training split (:func:`validation_split`: stratified,
-``eval.val_fraction`` of it, seeded by the trial's seed): fit on the training split minus the
-validation split, scored on the validation split, ties to the first (smallest) candidate. The
-chosen setting is then refitted on the whole training split (training + validation) and the
-test split is scored once, at the end. Pretraining itself reads no labels, and uses the whole
-training split.
+of the linear and few-shot probes, the bn_linear head's step size, the kNN k, the from-scratch
+training length) is chosen on a validation split carved from the training split
+(:func:`validation_split`: stratified, ``eval.val_fraction`` of it, seeded by the trial's
+seed): fit on the training split minus the validation split, scored on the validation split,
+ties to the first (smallest) candidate. The chosen setting is then refitted on the whole
+training split (training + validation) and the test split is scored once, at the end.
+Pretraining itself reads no labels, and uses the whole training split.
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ from torch import nn
 from mae_core.config import Config, EvalConfig
 from mae_core.models import build_model
 from mae_core.train import PatchData
+
+from .finetune_recipe import depends_on_length, finetune_lr, layer_groups
+from .linear_head import BNLinearRecipe, bn_linear_accuracy, bn_linear_path
 
 FEATURE_BATCH = 512  # images per forward pass when extracting features
 # Defaults of the pure functions; a trial's values are its typed ``eval.*`` keys (EvalConfig).
@@ -131,8 +141,8 @@ class ValidationSplit:
         place of the test split (the test split itself is not in it)."""
         fit, val = torch.from_numpy(self.fit), torch.from_numpy(self.val)
         return dataclasses.replace(
-            data, train_patches=data.train_patches[fit], train_labels=data.train_labels[fit],
-            test_patches=data.train_patches[val], test_labels=data.train_labels[val])
+            data, train_images=data.train_images[self.fit], train_labels=data.train_labels[fit],
+            test_images=data.train_images[self.val], test_labels=data.train_labels[val])
 
 
 def validation_split(labels: np.ndarray, fraction: float, seed: int) -> ValidationSplit:
@@ -175,6 +185,13 @@ def choose_fewshot_c(fit_x: np.ndarray, fit_y: np.ndarray, val_x: np.ndarray, va
     return _first_best(grid, _fewshot_path(fit_x, fit_y, val_x, val_y, shots, seed, draws, grid))
 
 
+def choose_bn_linear_lr(fit_x: np.ndarray, fit_y: np.ndarray, val_x: np.ndarray, val_y: np.ndarray,
+                        grid: Sequence[float], *, seed: int, recipe: BNLinearRecipe) -> float:
+    """The base step size of ``grid`` whose bn_linear head, trained on the fit part, scores best on validation."""
+    grid = sorted(grid)
+    return _first_best(grid, bn_linear_path(fit_x, fit_y, val_x, val_y, grid, seed=seed, recipe=recipe))
+
+
 def choose_knn_k(fit_x: np.ndarray, fit_y: np.ndarray, val_x: np.ndarray, val_y: np.ndarray,
                  grid: Sequence[int]) -> int:
     """The k of ``grid`` (each capped at the fit part's size) whose kNN vote scores best on validation."""
@@ -186,20 +203,33 @@ def feature_probes(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
                    split: ValidationSplit, settings: EvalConfig, *, seed: int,
                    prefix: str = "probe_") -> dict[str, float]:
     """Linear, few-shot and kNN accuracy on the test split of features ``[N,F]``, every setting
-    chosen on ``split`` first (logged as ``<prefix>linear_c``, ``<prefix>fewshot_c``,
-    ``<prefix>knn_k``), then refitted on the whole training split."""
+    chosen on ``split`` first (logged as ``<prefix>linear_c``, or ``<prefix>linear_lr`` for the
+    bn_linear head, ``<prefix>fewshot_c``, ``<prefix>knn_k``), then refitted on the whole
+    training split."""
     fit, val = split.fit, split.val
     choice = (train_x[fit], train_y[fit], train_x[val], train_y[val])
-    c = choose_linear_c(*choice, settings.linear_cs)
+    if settings.linear_head == "bn_linear":
+        recipe = BNLinearRecipe.of(settings)
+        lr = choose_bn_linear_lr(*choice, settings.bn_linear_lrs, seed=seed, recipe=recipe)
+        linear_chosen = {f"{prefix}linear_lr": float(lr)}
+
+        def linear_test() -> float:
+            return bn_linear_accuracy(train_x, train_y, test_x, test_y, lr, seed=seed, recipe=recipe)
+    else:
+        c = choose_linear_c(*choice, settings.linear_cs)
+        linear_chosen = {f"{prefix}linear_c": float(c)}
+
+        def linear_test() -> float:
+            return linear_probe_accuracy(train_x, train_y, test_x, test_y, C=c)
     fewshot_c = choose_fewshot_c(*choice, settings.linear_cs, settings.fewshot, seed, settings.fewshot_draws)
     k = choose_knn_k(*choice, settings.knn_ks)
     # Every choice is made: the test split is read once, by the refitted probes.
     return {
-        f"{prefix}linear_acc": linear_probe_accuracy(train_x, train_y, test_x, test_y, C=c),
+        f"{prefix}linear_acc": linear_test(),
         f"{prefix}fewshot_acc": fewshot_accuracy(train_x, train_y, test_x, test_y, settings.fewshot,
                                                  seed, draws=settings.fewshot_draws, C=fewshot_c),
         f"{prefix}knn_acc": knn_accuracy(train_x, train_y, test_x, test_y, k),
-        f"{prefix}linear_c": float(c), f"{prefix}fewshot_c": float(fewshot_c), f"{prefix}knn_k": float(k),
+        **linear_chosen, f"{prefix}fewshot_c": float(fewshot_c), f"{prefix}knn_k": float(k),
     }
 
 
@@ -222,11 +252,18 @@ def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def extract_features(model: nn.Module, patches: torch.Tensor, batch_size: int = FEATURE_BATCH) -> np.ndarray:
-    """``patches [N,M,q] -> float32 [N,F]`` on the CPU, in batches, without gradients."""
+def extract_features(model: nn.Module, patches: torch.Tensor, batch_size: int = FEATURE_BATCH,
+                     pool: str = "auto") -> np.ndarray:
+    """``patches [N,M,q] -> float32 [N,F]`` on the CPU, in batches, without gradients; ``pool``
+    (``eval.features``) picks mean-pooled tokens, the class token or both (``auto``: the
+    model's own ``features``)."""
     device = _device(model)
+
+    def features(x: torch.Tensor) -> torch.Tensor:
+        return model.features(x) if pool == "auto" else model.features(x, pool=pool)
+
     with _eval_mode(model), torch.inference_mode():
-        parts = [model.features(patches[i:i + batch_size].to(device)).float().cpu()
+        parts = [features(patches[i:i + batch_size].to(device)).float().cpu()
                  for i in range(0, len(patches), batch_size)]
     return torch.cat(parts).numpy()
 
@@ -238,9 +275,10 @@ def pixel_features(patches: torch.Tensor) -> np.ndarray:
 
 def frozen_probes(model: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
                   seed: int, prefix: str = "probe_") -> dict[str, float]:
-    """:func:`feature_probes` on ``model``'s frozen features of ``data``."""
-    return feature_probes(extract_features(model, data.train_patches), data.train_labels.numpy(),
-                          extract_features(model, data.test_patches), data.test_labels.numpy(),
+    """:func:`feature_probes` on ``model``'s frozen features of ``data`` (``settings.features``)."""
+    pool = settings.features
+    return feature_probes(extract_features(model, data.train_patches, pool=pool), data.train_labels.numpy(),
+                          extract_features(model, data.test_patches, pool=pool), data.test_labels.numpy(),
                           split, settings, seed=seed, prefix=prefix)
 
 
@@ -268,10 +306,10 @@ class _Classifier(nn.Module):
         return self.head(self.body.features(patches))
 
 
-def _trainable_encoder_parts(model: nn.Module, blocks: int | None) -> list[nn.Parameter]:
-    """Parameters fine-tuning may update: all of them (``blocks=None``), or the last ``blocks``
-    encoder blocks plus the final norm that reads them (MAE Figure 9's partial fine-tuning)."""
-    if blocks is None:
+def _trainable_encoder_parts(model: nn.Module, blocks: int | str | None) -> list[nn.Parameter]:
+    """Parameters fine-tuning may update: all of them (``blocks=None`` or ``"all"``), or the last
+    ``blocks`` encoder blocks plus the final norm that reads them (MAE Figure 9's partial fine-tuning)."""
+    if blocks is None or blocks == "all":
         return list(model.parameters())
     transformer = model.encoder.transformer
     depth = len(transformer.blocks)
@@ -306,14 +344,29 @@ def _accuracy(classifier: nn.Module, patches: torch.Tensor, labels: torch.Tensor
     return correct / len(patches)
 
 
+def _named(model: nn.Module, params: list[nn.Parameter]) -> list[tuple[str, nn.Parameter]]:
+    names = {id(p): name for name, p in model.named_parameters()}
+    return [(names[id(p)], p) for p in params]
+
+
+def _depth(model: nn.Module) -> int | None:
+    """The encoder's block count, or None for a model without the built-in layout."""
+    blocks = getattr(getattr(getattr(model, "encoder", None), "transformer", None), "blocks", None)
+    return len(blocks) if blocks is not None else None
+
+
 def _finetune_scores(model: nn.Module, data: PatchData, checkpoints: Sequence[int], *, seed: int,
-                     score: Callable[[nn.Module], float], blocks: int | None = None,
+                     score: Callable[[nn.Module], float], blocks: int | str | None = None,
                      shots: int | None = None, lr: float = FINETUNE_LR, batch_size: int = FINETUNE_BATCH,
-                     num_classes: int | None = None) -> list[float]:
+                     num_classes: int | None = None, layer_decay: float = 1.0,
+                     warmup_fraction: float = 0.0, schedule: str = "constant") -> list[float]:
     """Fine-tune a deep copy of ``model`` plus a linear head on ``data``'s train split with
-    AdamW (constant step size) and cross-entropy; ``score(classifier)`` after each of the
-    ascending update counts ``checkpoints``. One run: the classifier scored at n updates is the
-    one :func:`finetune_accuracy` with ``steps=n`` trains."""
+    AdamW and cross-entropy; ``score(classifier)`` after each of the ascending update counts
+    ``checkpoints``. The step size follows the schedule of a run as long as the last checkpoint
+    (:func:`~evaluation.finetune_recipe.finetune_lr`), scaled per layer by ``layer_decay``
+    (:func:`~evaluation.finetune_recipe.layer_groups`). One run: with a constant step size and
+    no warm-up, the classifier scored at n updates is the one :func:`finetune_accuracy` with
+    ``steps=n`` trains."""
     device = _device(model)
     pool = (torch.from_numpy(fewshot_indices(data.train_labels.numpy(), shots, seed))
             if shots is not None else torch.arange(len(data.train_patches)))
@@ -330,12 +383,21 @@ def _finetune_scores(model: nn.Module, data: PatchData, checkpoints: Sequence[in
         with _eval_mode(body), torch.no_grad():
             feature_dim = body.features(data.train_patches[:1].to(device)).shape[1]
         classifier = _Classifier(body, feature_dim, num_classes).to(device)
-        optimizer = torch.optim.AdamW(trainable + list(classifier.head.parameters()), lr=lr)
+        named = _named(body, trainable) + [(f"head.{n}", p) for n, p in classifier.head.named_parameters()]
+        groups = layer_groups(named, _depth(body), layer_decay)
+        if len(groups) == 1:  # one step size for every weight (layer decay off)
+            optimizer = torch.optim.AdamW(groups[0].params, lr=lr)
+        else:
+            optimizer = torch.optim.AdamW([{"params": g.params, "lr": lr * g.scale} for g in groups], lr=lr)
+        total = checkpoints[-1] if checkpoints else 0
         sampler = torch.Generator().manual_seed(seed)
         classifier.train()
         done = 0
         for until in checkpoints:
-            for _ in range(done, until):
+            for step in range(done, until):
+                rate = finetune_lr(step, peak=lr, total=total, warmup_fraction=warmup_fraction, schedule=schedule)
+                for param_group, group in zip(optimizer.param_groups, groups):
+                    param_group["lr"] = rate * group.scale
                 index = pool if len(pool) <= batch_size else pool[torch.randint(len(pool), (batch_size,), generator=sampler)]
                 logits = classifier(data.train_patches[index].to(device))
                 loss = F.cross_entropy(logits, data.train_labels[index].to(device))
@@ -348,10 +410,13 @@ def _finetune_scores(model: nn.Module, data: PatchData, checkpoints: Sequence[in
 
 
 def finetune_accuracy(model: nn.Module, data: PatchData, steps: int, *, seed: int,
-                      blocks: int | None = None, shots: int | None = None, lr: float = FINETUNE_LR,
-                      batch_size: int = FINETUNE_BATCH, num_classes: int | None = None) -> float:
+                      blocks: int | str | None = None, shots: int | None = None, lr: float = FINETUNE_LR,
+                      batch_size: int = FINETUNE_BATCH, num_classes: int | None = None,
+                      layer_decay: float = 1.0, warmup_fraction: float = 0.0, schedule: str = "constant") -> float:
     """Fine-tune a deep copy of ``model`` plus a linear head with AdamW and cross-entropy for
-    ``steps`` minibatches; accuracy on the test split. ``model`` is untouched.
+    ``steps`` minibatches; accuracy on the test split. ``model`` is untouched. Peak step size
+    ``lr``, scaled per layer by ``layer_decay``, over ``schedule`` after a warm-up of
+    ``warmup_fraction`` of the steps (defaults: a constant ``lr`` for every weight).
 
     The labelled set is the whole train split, or ``shots`` examples per class (seed 001's
     exercise: fine-tune end to end on the few-shot probe's examples); a labelled set no larger
@@ -360,20 +425,28 @@ def finetune_accuracy(model: nn.Module, data: PatchData, steps: int, *, seed: in
     """
     (accuracy,) = _finetune_scores(
         model, data, (steps,), seed=seed, blocks=blocks, shots=shots, lr=lr, batch_size=batch_size,
-        num_classes=num_classes, score=lambda classifier: _accuracy(classifier, data.test_patches, data.test_labels))
+        num_classes=num_classes, layer_decay=layer_decay, warmup_fraction=warmup_fraction, schedule=schedule,
+        score=lambda classifier: _accuracy(classifier, data.test_patches, data.test_labels))
     return accuracy
 
 
 def choose_finetune_steps(model: nn.Module, choice: PatchData, candidates: Sequence[int], *, seed: int,
                           shots: int | None = None, lr: float = FINETUNE_LR, batch_size: int = FINETUNE_BATCH,
-                          num_classes: int | None = None) -> tuple[int, float]:
+                          num_classes: int | None = None, layer_decay: float = 1.0,
+                          warmup_fraction: float = 0.0, schedule: str = "constant") -> tuple[int, float]:
     """``(steps, validation accuracy)``: the update count of ``candidates`` at which fine-tuning
     ``model`` on ``choice``'s train split (the fit part) scores best on its test split (the
-    validation split, see :meth:`ValidationSplit.choice_data`); one run, scored in chunks."""
+    validation split, see :meth:`ValidationSplit.choice_data`). One run scored in chunks when
+    the step size does not depend on the run's length; with warm-up or cosine, one run per
+    candidate (each length has its own schedule)."""
     candidates = sorted(candidates)
-    scores = _finetune_scores(
-        model, choice, candidates, seed=seed, shots=shots, lr=lr, batch_size=batch_size,
-        num_classes=num_classes, score=lambda classifier: _accuracy(classifier, choice.test_patches, choice.test_labels))
+    options = dict(seed=seed, shots=shots, lr=lr, batch_size=batch_size, num_classes=num_classes,
+                   layer_decay=layer_decay, warmup_fraction=warmup_fraction, schedule=schedule,
+                   score=lambda classifier: _accuracy(classifier, choice.test_patches, choice.test_labels))
+    if depends_on_length(warmup_fraction, schedule):
+        scores = [_finetune_scores(model, choice, (n,), **options)[0] for n in candidates]
+    else:
+        scores = _finetune_scores(model, choice, candidates, **options)
     best = int(np.argmax(scores))
     return candidates[best], scores[best]
 
@@ -393,12 +466,16 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
     (the same from random init, i.e. training from scratch for as many updates) and
     ``scratch_best_finetune_acc`` (from scratch for ``scratch_best_finetune_steps`` updates,
     the candidate of ``eval.scratch_candidates`` best on validation); with
-    ``finetune_blocks=n`` also ``partial_finetune_acc`` (last n blocks + head); with
+    ``finetune_blocks=n`` also ``partial_finetune_acc`` (last n blocks + head; ``all``: every
+    weight, which is ``finetune_acc``'s run); with
     ``finetune_shots=n`` every fine-tuning uses n labelled examples per class instead of the
     whole train split (n itself is the ``eval.finetune_blocks`` / ``eval.finetune_shots``
     param, not a metric: each value is logged once). Sizes:
     ``probe_train_size`` (the whole training split, which every refit uses),
-    ``probe_val_size`` (its validation part) and ``probe_test_size``.
+    ``probe_val_size`` (its validation part) and ``probe_test_size``. Every fine-tuning run
+    follows ``eval.finetune_warmup_fraction`` and ``eval.finetune_schedule``; the layer-wise
+    decay ``eval.finetune_layer_decay`` applies to the pretrained encoder's runs only (training
+    from scratch has no pretrained layers to preserve, as in MAE's from-scratch recipe).
     """
     settings = EvalConfig(**{**config.eval.model_dump(), **overrides}) if overrides else config.eval
     seed = config.seed if seed is None else seed
@@ -413,8 +490,10 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
     if settings.finetune_steps > 0:
         num_classes = int(data.train_labels.max()) + 1
         options = dict(seed=seed, shots=settings.finetune_shots, lr=settings.finetune_lr,
-                       batch_size=settings.finetune_batch_size, num_classes=num_classes)
-        metrics["finetune_acc"] = finetune_accuracy(model, data, settings.finetune_steps, **options)
+                       batch_size=settings.finetune_batch_size, num_classes=num_classes,
+                       warmup_fraction=settings.finetune_warmup_fraction, schedule=settings.finetune_schedule)
+        pretrained = dict(options, layer_decay=settings.finetune_layer_decay)
+        metrics["finetune_acc"] = finetune_accuracy(model, data, settings.finetune_steps, **pretrained)
         metrics["random_finetune_acc"] = finetune_accuracy(fresh, data, settings.finetune_steps, **options)
         steps, _ = choose_finetune_steps(fresh, split.choice_data(data), settings.scratch_candidates, **options)
         # refitted on the whole training split; at finetune_steps that is random_finetune_acc's run
@@ -422,9 +501,11 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
             metrics["random_finetune_acc"] if steps == settings.finetune_steps
             else finetune_accuracy(fresh, data, steps, **options))
         metrics["scratch_best_finetune_steps"] = float(steps)
-        if settings.finetune_blocks is not None:
+        if settings.finetune_blocks == "all":  # every weight: finetune_acc's run, not run twice
+            metrics["partial_finetune_acc"] = metrics["finetune_acc"]
+        elif settings.finetune_blocks is not None:
             metrics["partial_finetune_acc"] = finetune_accuracy(model, data, settings.finetune_steps,
-                                                                blocks=settings.finetune_blocks, **options)
+                                                                blocks=settings.finetune_blocks, **pretrained)
     metrics["probe_train_size"] = float(len(data.train_patches))
     metrics["probe_val_size"] = float(len(split.val))
     metrics["probe_test_size"] = float(len(data.test_patches))

@@ -16,12 +16,14 @@ import math
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from annotated_types import Ge
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
-from .errors import UserError
+from .errors import UserError, first_problem
 
 # torch.compile costs 40-60 s on a cold cache (5 s warm) and saved about 10% of a step on the
 # digits model and more on larger ones (``mae-study bench``: compile_break_even_steps); from
@@ -34,10 +36,9 @@ class ConfigError(UserError):
 
 
 def _one_line(error: ValidationError) -> str:
-    first = error.errors()[0]
-    key = ".".join(str(part) for part in first["loc"]) or "config"
-    message = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
+    key, kind, message, value = first_problem(error)
+    key = key or "config"
+    if kind == "extra_forbidden":
         if key.startswith(f"{EVAL_PREFIX}."):
             allowed = ", ".join(f"{EVAL_PREFIX}.{name}" for name in sorted(EvalConfig.model_fields))
         else:
@@ -45,9 +46,9 @@ def _one_line(error: ValidationError) -> str:
         return f"unknown key {key!r}; known keys: {allowed}"
     if key == EVAL_PREFIX:  # a consistency check of EvalConfig: its message names the keys
         return message
-    if first["type"] == "literal_error" or key == "config":
+    if kind == "literal_error" or key == "config":
         return f"{key}: {message}" if key != "config" else message
-    return f"{key}={first.get('input')!r}: {message}"
+    return f"{key}={value!r}: {message}"
 
 
 EVAL_PREFIX = "eval"  # ``eval.fewshot=4`` on the command line, ``eval: {fewshot: 4}`` in YAML
@@ -73,13 +74,44 @@ class EvalConfig(BaseModel):
                                          description="logistic-regression C tried (linear, few-shot)")
     knn_ks: tuple[int, ...] = Field((1, 5, 10, 20, 50),
                                     description="kNN neighbour counts tried (capped at the training size)")
+    # What the frozen probes read (linear, few-shot, kNN; fine-tuning reads the model's own
+    # features, as MAE fine-tunes on pooled tokens). MAE's linear probe reads the class token.
+    features: Literal["auto", "mean", "cls", "both"] = Field(
+        "auto", description="probe features: mean-pooled tokens, class token, or both; "
+                            "auto = both with class_token, mean without; cls and both need class_token")
+    # The linear probe's head: today's standardised logistic regression, or MAE's
+    # main_linprobe.py head (BatchNorm without affine, then linear) trained by SGD with momentum
+    # 0.9, warm-up and cosine; its base step size is chosen on the validation split. The
+    # few-shot probe keeps logistic regression (BatchNorm statistics of a few images per class).
+    linear_head: Literal["logreg", "bn_linear"] = Field(
+        "logreg", description="linear probe head: logreg (C from linear_cs) | bn_linear (MAE: BatchNorm + linear, SGD)")
+    # MAE's 0.1 is LARS's (a step relative to each weight's norm); plain SGD on BatchNorm-ed
+    # features chose 1.0 on digits, so the grid reaches past it.
+    bn_linear_lrs: tuple[float, ...] = Field(
+        (0.01, 0.1, 1.0, 10.0), description="bn_linear: SGD base step sizes tried, per 256 images (actual = lr·batch/256)")
+    bn_linear_epochs: int = Field(90, ge=1, description="bn_linear: passes over the training split (MAE: 90)")
+    bn_linear_warmup_epochs: int = Field(
+        10, ge=0, description="bn_linear: epochs of linear warm-up before the cosine decay (MAE: 10)")
+    bn_linear_batch_size: int = Field(
+        256, ge=2, description="bn_linear: images per SGD step (at least 2: BatchNorm needs a batch)")
+    bn_linear_weight_decay: float = Field(
+        0.0, ge=0.0, description="bn_linear: weight decay of the linear layer (MAE: 0)")
     finetune_steps: int = Field(0, ge=0, description="fine-tuning minibatches; 0 = no fine-tuning")
-    finetune_blocks: int | None = Field(
-        None, ge=0, description="also fine-tune only the last n blocks (MAE Fig. 9)")
+    finetune_blocks: Annotated[int, Ge(0)] | Literal["all"] | None = Field(
+        None, description="also fine-tune only the last n blocks (MAE Fig. 9); all = every encoder weight")
     finetune_shots: int | None = Field(
         None, ge=1, description="fine-tune on n examples per class, not the whole split")
-    finetune_lr: float = Field(1e-3, gt=0.0, description="AdamW step size of fine-tuning")
+    finetune_lr: float = Field(1e-3, gt=0.0, description="AdamW peak step size of fine-tuning")
     finetune_batch_size: int = Field(64, ge=1, description="images per fine-tuning minibatch")
+    # MAE's fine-tuning recipe (He et al. A.1; util/lr_decay.py): block i of d learns at
+    # decay^(d-i) times the step size, the embeddings at decay^(d+1), the head at 1. Applied to
+    # the pretrained encoder only; training from scratch has nothing to preserve (1.0 there).
+    finetune_layer_decay: float = Field(
+        1.0, gt=0.0, le=1.0, description="layer-wise step-size decay of fine-tuning (MAE: 0.75); 1 = off")
+    finetune_warmup_fraction: float = Field(
+        0.0, ge=0.0, lt=1.0, description="fine-tuning: linear warm-up over this fraction of its updates")
+    finetune_schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="fine-tuning step size after warm-up (MAE: cosine)")
     # The from-scratch baseline with its own budget: trained on the training split minus the
     # validation split, scored on validation every ``scratch_eval_every`` updates up to
     # ``scratch_max_steps``; the best count is refitted on the whole training split.
@@ -88,7 +120,7 @@ class EvalConfig(BaseModel):
     scratch_eval_every: int | None = Field(
         None, ge=1, description="from-scratch updates between validation scores; None = finetune_steps // 2")
 
-    @field_validator("linear_cs", "knn_ks", mode="before")
+    @field_validator("linear_cs", "knn_ks", "bn_linear_lrs", mode="before")
     @classmethod
     def _grid_from_text(cls, value: Any) -> Any:
         """``"0.1,1,10"`` (CLI, YAML) or one number -> a tuple; lists pass through."""
@@ -98,7 +130,7 @@ class EvalConfig(BaseModel):
             return (value,)
         return value
 
-    @field_validator("linear_cs", "knn_ks", mode="after")
+    @field_validator("linear_cs", "knn_ks", "bn_linear_lrs", mode="after")
     @classmethod
     def _grid_values(cls, value: tuple) -> tuple:
         """Non-empty, every value positive (finite C, k >= 1); sorted and without repeats, so a
@@ -109,12 +141,29 @@ class EvalConfig(BaseModel):
             raise ValueError("every value must be positive and finite")
         return tuple(sorted(set(value)))
 
+    @field_validator("finetune_blocks", mode="before")
+    @classmethod
+    def _block_count(cls, value: Any) -> Any:
+        """A block count ≥ 0 (``2``, ``"2"``), ``all`` or None; one plain message for anything else."""
+        if value is None or value == "all":
+            return value
+        text = str(value).strip()
+        if isinstance(value, bool) or not text.isdigit():
+            raise ValueError("must be a block count ≥ 0, all or null")
+        return int(text)
+
     @model_validator(mode="after")
     def _check_consistency(self) -> EvalConfig:
-        for key in ("finetune_blocks", "scratch_max_steps", "scratch_eval_every"):
-            if getattr(self, key) is not None and self.finetune_steps <= 0:
+        # A fine-tuning setting without fine-tuning would be silently ignored: refused instead.
+        off = {"finetune_blocks": None, "scratch_max_steps": None, "scratch_eval_every": None,
+               "finetune_layer_decay": 1.0, "finetune_warmup_fraction": 0.0, "finetune_schedule": "constant"}
+        for key, unset in off.items():
+            if getattr(self, key) != unset and self.finetune_steps <= 0:
                 raise ValueError(f"{EVAL_PREFIX}.{key}={getattr(self, key)} needs "
                                  f"{EVAL_PREFIX}.finetune_steps > 0")
+        if self.bn_linear_warmup_epochs >= self.bn_linear_epochs:
+            raise ValueError(f"{EVAL_PREFIX}.bn_linear_warmup_epochs={self.bn_linear_warmup_epochs} must be "
+                             f"below {EVAL_PREFIX}.bn_linear_epochs={self.bn_linear_epochs}")
         return self
 
     @property
@@ -152,10 +201,20 @@ class Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
     # data
-    dataset: str = Field("digits", description="digits | shapes | photos | cifar10:PATH | folder:PATH | npz:PATH")
+    dataset: str = Field("digits", description=(
+        "digits | shapes | photos | cifar10:PATH | folder:PATH | npz:PATH | cifar100:PATH | "
+        "cifar100_coarse:PATH | stl10:PATH | imagenet:PATH"))
     train_limit: int | None = Field(None, ge=1, description="use at most this many training images (smoke runs)")
     test_limit: int | None = Field(None, ge=1, description="evaluate on at most this many test images")
     patch_size: int | None = Field(None, ge=1, description="pixels per patch side P; None = the dataset's default")
+    # Images are stored as bytes and converted per batch either way; the ceiling only decides
+    # where they are read from, never a number a run produces.
+    data_ram_mb: int = Field(
+        4096, ge=0, description="MB of images a trial reads into memory at most; a larger dataset "
+        "stays on disk (memory-mapped, or files decoded per batch)")
+    augment: Literal["none", "crop_flip"] = Field(
+        "none", description="crop_flip: He et al.'s RandomResizedCrop (scale 0.2-1) + flip per "
+        "batch, outside the spec's procedure")
 
     # objective (spec: MAE masked risk; AE reconstruction risk; DAE denoising risk)
     objective: Literal["mae", "ae", "dae"] = Field(
@@ -206,6 +265,11 @@ class Config(BaseModel):
         "auto", description="forward pass; auto = bf16 on CUDA, fp32 on the CPU")
     compile: Literal["auto"] | bool = Field(
         "auto", description=f"torch.compile; auto: runs of >= {COMPILE_AUTO_MIN_STEPS} updates")
+    # The trained encoder (patches [B,M,q] -> features [B,F]) as an MLflow model of the run:
+    # a study of many trials would otherwise fill the artifact store with large models unasked.
+    log_model: bool = Field(True, description="log the trained encoder as an mlflow.pytorch model of the run")
+    log_model_max_mb: float = Field(
+        100.0, gt=0.0, description="MB; a larger encoder is not logged (the run's model_not_logged tag says why)")
 
     # downstream evaluation (probes and fine-tuning), as eval.<key>
     eval: EvalConfig = Field(EvalConfig(), description="probe and fine-tuning settings (the eval.* keys)")
@@ -260,12 +324,18 @@ class Config(BaseModel):
         if self.target != "raw" and self.patch_dim < 2:
             raise ValueError(f"target={self.target} normalises each patch and needs q >= 2 values per "
                              f"patch; patch_size={self.resolved_patch_size} gives q={self.patch_dim}")
+        if self.augment != "none" and self.target == "norm":
+            raise ValueError(f"augment={self.augment} with target=norm: a resized crop can hold constant "
+                             "patches, where the strict T_norm is undefined; use target=norm_eps")
         if self.mask_token_in_encoder and self.objective != "mae":
             raise ValueError("mask_token_in_encoder applies only to objective=mae")
         blocks = self.eval.finetune_blocks
-        if blocks is not None and blocks > self.encoder_depth:
+        if isinstance(blocks, int) and blocks > self.encoder_depth:
             raise ValueError(f"eval.finetune_blocks={blocks} must lie in [0, {self.encoder_depth}] "
-                             "(the encoder's depth)")
+                             "(the encoder's depth) or be all")
+        if self.eval.features in ("cls", "both") and not self.class_token:
+            raise ValueError(f"eval.features={self.eval.features} reads the class token; "
+                             "set class_token=true or use eval.features=mean")
         return self
 
     # ---------------------------------------------------------------- derived values
@@ -421,8 +491,11 @@ def allowed_values(field: FieldInfo) -> str:
             words += [value_text(choice) for choice in typing.get_args(member)]
         elif member is bool:
             words += ["true", "false"]
+        elif typing.get_origin(member) is Annotated:  # a bounded member of a union: int ≥ 0 | all
+            kind, *constraints = typing.get_args(member)
+            words.append(_bounded(_KIND_WORDS.get(kind, getattr(kind, "__name__", str(kind))), constraints))
         elif member is not type(None):
-            words.append(_bounded(_KIND_WORDS.get(member, getattr(member, "__name__", str(member))), field))
+            words.append(_bounded(_KIND_WORDS.get(member, getattr(member, "__name__", str(member))), field.metadata))
     if type(None) in _union_members(field.annotation):
         words.append(NULL)
     return " | ".join(words)
@@ -435,10 +508,10 @@ def _union_members(annotation: Any) -> tuple[Any, ...]:
     return (annotation,)
 
 
-def _bounded(kind: str, field: FieldInfo) -> str:
-    """``integer ≥ 1``, ``number > 0``, ``number in [0, 1)``: the field's ge/gt/le/lt constraints."""
+def _bounded(kind: str, constraints: list[Any]) -> str:
+    """``integer ≥ 1``, ``number > 0``, ``number in [0, 1)``: a field's ge/gt/le/lt constraints."""
     lower = upper = None
-    for constraint in field.metadata:
+    for constraint in constraints:
         for name, words in (("ge", ("[", "≥")), ("gt", ("(", ">"))):
             if getattr(constraint, name, None) is not None:
                 lower = (getattr(constraint, name), *words)

@@ -1,8 +1,12 @@
 """Datasets for the MAE studies: built-ins that need no download, and loaders for local files.
 
 A dataset is named by a spec string: a built-in (``digits``, ``shapes``, ``photos``) or
-``kind:PATH`` with kind in ``cifar10 | folder | npz``. Everything is loaded lazily and cached per
-(spec, seed); images are float32 ``[N, C, H, W]``, labels int64 ``[N]``.
+``kind:PATH`` with kind in ``cifar10 | folder | npz | cifar100 | cifar100_coarse | stl10 |
+imagenet`` (readers in :mod:`~mae_core.formats` and :mod:`~mae_core.folders`). Everything is
+loaded lazily and cached per (spec, seed, RAM ceiling). Images are kept as stored
+(:class:`~mae_core.images.ImageStore`: uint8 where the data are bytes, a quarter of float32's
+memory) and become float32 ``[N, C, H, W]`` a batch at a time, bitwise the values the loaders
+computed before (``byte / 255``; digits ``byte / 16``); labels are int64 ``[N]``.
 
 Split guarantee. In a built-in dataset no test image is byte-equal to a training image, at every
 seed (``Dataset.train_test_duplicates == 0``, checked at load time):
@@ -16,68 +20,87 @@ seed (``Dataset.train_test_duplicates == 0``, checked at load time):
   training crop (and a test crop byte-equal to a training crop, a flat patch of retina's dark rim,
   is redrawn).
 
-File datasets (``cifar10``, ``folder``, ``npz``) are kept as the user made them: test images that
-equal a training image are counted (``train_test_duplicates``) and reported with a
-``DuplicateSplitWarning``, never dropped.
+File datasets are kept as the user made them: test images that equal a training image (or, for
+STL-10, an unlabelled pretraining image) are counted (``train_test_duplicates``) and reported
+with a ``DuplicateSplitWarning``, never dropped.
+
+Memory. ``ram_mb`` (the config's ``data_ram_mb``) is the ceiling on the image bytes a trial
+reads into memory: a dataset above it stays on disk, memory-mapped (STL-10's binaries, an npz
+member stored uncompressed) or as files decoded per batch (folder, imagenet), and training
+reads it batch by batch. CIFAR's pickles and compressed or float npz members are always read
+whole.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import io
-import pickle
 import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .errors import UserError
+from .formats import CIFAR_SHAPE, STL10_SHAPE, DataError, Splits
+from .images import BYTE_VALUES, SIXTEENTHS, ImageStore
 
 BUILTIN_DATASETS: tuple[str, ...] = ("digits", "shapes", "photos")
-FILE_DATASETS: tuple[str, ...] = ("cifar10", "folder", "npz")
-# Patch sizes for datasets whose image size is fixed; folder/npz depend on the file: default_patch_size.
-DEFAULT_PATCH_SIZE: dict[str, int] = {"digits": 2, "shapes": 4, "photos": 4, "cifar10": 4}
-ALLOWED_FORMS = "digits | shapes | photos | cifar10:PATH | folder:PATH | npz:PATH"
+FILE_DATASETS: tuple[str, ...] = ("cifar10", "folder", "npz", "cifar100", "cifar100_coarse", "stl10", "imagenet")
+# Patch sizes for datasets whose image size is fixed; folder/npz/imagenet depend on the files:
+# default_patch_size.
+DEFAULT_PATCH_SIZE: dict[str, int] = {"digits": 2, "shapes": 4, "photos": 4, "cifar10": 4,
+                                      "cifar100": 4, "cifar100_coarse": 4, "stl10": 8}
+ALLOWED_FORMS = ("digits | shapes | photos | cifar10:PATH | folder:PATH | npz:PATH | cifar100:PATH | "
+                 "cifar100_coarse:PATH | stl10:PATH | imagenet:PATH")
+DEFAULT_RAM_MB = 4096  # the config's data_ram_mb default
 
-_BUILTIN_SHAPES = {"digits": (1, 8, 8), "shapes": (1, 16, 16), "photos": (3, 32, 32)}
+_FIXED_SHAPES = {"digits": (1, 8, 8), "shapes": (1, 16, 16), "photos": (3, 32, 32), "cifar10": CIFAR_SHAPE,
+                 "cifar100": CIFAR_SHAPE, "cifar100_coarse": CIFAR_SHAPE, "stl10": STL10_SHAPE}
 # Colour photos shipped inside the wheels (no network): skimage first, then sklearn's two samples.
 _SKIMAGE_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "hubble_deep_field",
                    "immunohistochemistry", "retina")
-_CIFAR10_NAMES = ("airplane", "automobile", "bird", "cat", "deer",
-                  "dog", "frog", "horse", "ship", "truck")
-_IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg"}
-
-
-class DataError(UserError):
-    """A dataset spec or file is unusable; the message is one line naming the path or key."""
 
 
 class DuplicateSplitWarning(UserWarning):
     """A file dataset's test split holds images byte-equal to training images (kept, not dropped)."""
 
 
-@dataclass(frozen=True, eq=False)  # eq=False: comparing tensors field-wise is ambiguous
+@dataclass(frozen=True, eq=False)  # eq=False: comparing stores and tensors field-wise is ambiguous
 class Dataset:
-    """Train/test images float32 ``[N, C, H, W]`` and labels int64 ``[N]``; shared via a cache, so
-    treat the tensors as read-only."""
+    """Train/test images as stored (:class:`ImageStore`) and labels int64 ``[N]``; shared via a
+    cache, so treat it as read-only. ``unlabelled`` holds images for pretraining only (STL-10)."""
 
     name: str
-    train_images: torch.Tensor
+    train: ImageStore
     train_labels: torch.Tensor
-    test_images: torch.Tensor
+    test: ImageStore
     test_labels: torch.Tensor
     class_names: tuple[str, ...]
-    # Test images byte-equal to some training image (count_split_duplicates); 0 for built-ins.
+    # Test images byte-equal to some training (or unlabelled) image; 0 for built-ins.
     train_test_duplicates: int = 0
+    unlabelled: ImageStore | None = None
+
+    @property
+    def train_images(self) -> torch.Tensor:
+        """The training split as float32 ``[N, C, H, W]`` (made on each read: 4x the stored bytes)."""
+        return self.train.floats()
+
+    @property
+    def test_images(self) -> torch.Tensor:
+        """The test split as float32 ``[N, C, H, W]`` (made on each read)."""
+        return self.test.floats()
+
+    @property
+    def pretrain(self) -> ImageStore:
+        """The images pretraining samples: the unlabelled set where there is one, else the training split."""
+        return self.unlabelled if self.unlabelled is not None else self.train
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
         """(C, H, W) of every image."""
-        c, h, w = self.train_images.shape[1:]
-        return (int(c), int(h), int(w))
+        return self.train.image_shape
 
     @property
     def num_classes(self) -> int:
@@ -101,6 +124,16 @@ def _parse(spec: str) -> tuple[str, Path | None]:
     return kind, p
 
 
+def _stamp(path: Path | None) -> int:
+    """The newest mtime of the path and, for a folder, of its entries: part of cache keys, so a
+    rewritten npz, CIFAR or STL-10 file (or a folder gaining or losing entries) is reloaded
+    instead of served stale."""
+    if path is None:
+        return 0
+    entries = path.iterdir() if path.is_dir() else ()
+    return max([path.stat().st_mtime_ns, *(entry.stat().st_mtime_ns for entry in entries)])
+
+
 def validate_dataset_name(spec: str) -> str:
     """Cheap check before loading: returns ``spec`` unchanged if it is a built-in or ``kind:PATH``
     with a known kind and an existing PATH; otherwise raises DataError."""
@@ -109,82 +142,161 @@ def validate_dataset_name(spec: str) -> str:
 
 
 def dataset_image_shape(spec: str) -> tuple[int, int, int]:
-    """(C, H, W) of the dataset's images; built-ins without loading, file datasets by loading."""
-    kind, _ = _parse(spec)
-    if kind in _BUILTIN_SHAPES:
-        return _BUILTIN_SHAPES[kind]
-    return load_dataset(spec).image_shape
+    """(C, H, W) of the dataset's images without loading them: fixed for built-ins, CIFAR and
+    STL-10; an npz's from the ``images`` header; a folder's from the first image's header
+    (grey folders have every header read, to find a colour one). Cached per (spec, mtime)."""
+    kind, path = _parse(spec)
+    if kind in _FIXED_SHAPES:
+        return _FIXED_SHAPES[kind]
+    return _file_image_shape(spec, _stamp(path))
+
+
+@functools.lru_cache(maxsize=32)
+def _file_image_shape(spec: str, _stamp: int) -> tuple[int, int, int]:
+    from .folders import class_folders, folder_image_shape, imagenet_image_shape
+    from .formats import npz_header, npz_layout
+
+    kind, path = _parse(spec)
+    if kind == "npz":
+        shape, _ = npz_header(path, "images")
+        return tuple(int(v) for v in npz_layout(shape, path, "images")[1])
+    if kind == "folder":
+        return folder_image_shape([f for _, files in class_folders(path) for f in files])
+    return imagenet_image_shape(path)
 
 
 def default_patch_size(spec: str) -> int:
-    """Patch size p for the dataset: fixed for built-ins and cifar10; for folder/npz, 4 if H and W
-    are divisible by 4 and at least 8, else 2 if both are even, else 1."""
+    """Patch size p for the dataset: fixed for built-ins, CIFAR (4) and STL-10 (8); for
+    imagenet, the smallest of 4, 8, 16 that divides H and W into at most 256 patches (16 at
+    224 px, He et al.'s ViT/16; 4 at Tiny-ImageNet's 64 px); for folder/npz (and an imagenet
+    folder none of those fits), 4 if H and W are divisible by 4 and at least 8, else 2 if both
+    are even, else 1."""
     kind, _ = _parse(spec)
     if kind in DEFAULT_PATCH_SIZE:
         return DEFAULT_PATCH_SIZE[kind]
     _, h, w = dataset_image_shape(spec)
+    if kind == "imagenet":
+        for p in (4, 8, 16):
+            if h % p == 0 and w % p == 0 and (h // p) * (w // p) <= 256:
+                return p
     if h % 4 == 0 and w % 4 == 0 and min(h, w) >= 8:
         return 4
     return 2 if h % 2 == 0 and w % 2 == 0 else 1
 
 
-def load_dataset(spec: str, *, seed: int = 0) -> Dataset:
-    """Load (cached) a dataset: images float32 [N, C, H, W], labels int64 [N]; seed fixes the split
-    (and the generated images for shapes/photos)."""
+def load_dataset(spec: str, *, seed: int = 0, ram_mb: int = DEFAULT_RAM_MB) -> Dataset:
+    """Load (cached) a dataset: images as stored, labels int64 [N]; seed fixes the split (and the
+    generated images for shapes/photos); a dataset above ``ram_mb`` MB of images stays on disk."""
     _, path = _parse(spec)
-    # The path's mtime is part of the cache key so a rewritten npz (or a folder gaining or losing
-    # entries) is reloaded instead of served stale.
-    stamp = path.stat().st_mtime_ns if path is not None else 0
-    return _load_cached(spec, int(seed), stamp)
+    return _load_cached(spec, int(seed), _stamp(path), int(ram_mb))
 
 
 @functools.lru_cache(maxsize=8)
-def _load_cached(spec: str, seed: int, _stamp: int) -> Dataset:
+def _load_cached(spec: str, seed: int, _stamp: int, ram_mb: int = DEFAULT_RAM_MB) -> Dataset:
     kind, path = _parse(spec)
-    if kind == "digits":
-        from sklearn.datasets import load_digits
-
-        d = load_digits()
-        images = (d.images / 16.0).astype(np.float32)[:, None]
-        arrays = _split(images, d.target, seed, group_duplicates=True)
-        names = tuple(str(i) for i in range(10))
-    elif kind == "shapes":
-        arrays = _make_shapes(seed)
-        names = ("plus", "circle")
-    elif kind == "photos":
-        arrays, names = _make_photos(seed)
-    elif kind == "cifar10":
-        arrays, names = _load_cifar10(path)
-    elif kind == "folder":
-        images, labels, names = _load_folder(path)
-        arrays = _split(images, labels, seed, where=path)
-    else:
-        arrays, names = _load_npz(path, seed)
-    xtr, ytr, xte, yte = (torch.from_numpy(np.ascontiguousarray(a)) for a in arrays)
-    xtr, xte = xtr.float(), xte.float()
-    duplicates = count_split_duplicates(xtr, xte)  # on the float32 tensors the studies see
+    splits = _builtin(kind, seed) if path is None else _read_files(kind, path, ram_mb * 2**20)
+    train, ytr, test, yte = splits.train, splits.train_labels, splits.test, splits.test_labels
+    if test is None:  # a pool: the seeded 80/20 split
+        tr, te = _split_indices(ytr, seed, where=path)
+        train, ytr, test, yte = train.take(tr), ytr[tr], train.take(te), ytr[te]
+    # on the stored bytes: the byte -> float table is one-to-one, so the count is that of the floats
+    duplicates = count_split_duplicates(train, test, also=[splits.unlabelled] if splits.unlabelled is not None else [])
     if duplicates and path is None:  # a built-in must never leak: a bug, not a user error
         raise RuntimeError(f"built-in dataset {spec!r} (seed {seed}) has {duplicates} test images "
                            f"equal to training images")
     if duplicates:
         # stacklevel 3: _load_cached <- load_dataset <- the caller
-        warnings.warn(f"dataset {spec!r}: {duplicates} of {len(xte)} test images are byte-equal to a "
+        warnings.warn(f"dataset {spec!r}: {duplicates} of {len(test)} test images are byte-equal to a "
                       f"training image (kept; test scores may be optimistic)",
                       DuplicateSplitWarning, stacklevel=3)
-    return Dataset(spec, xtr, ytr.long(), xte, yte.long(), tuple(names), duplicates)
+    labels = (torch.from_numpy(np.ascontiguousarray(y)).long() for y in (ytr, yte))
+    return Dataset(spec, train, next(labels), test, next(labels), tuple(splits.names), duplicates,
+                   splits.unlabelled)
 
 
-def count_split_duplicates(train_images: torch.Tensor | np.ndarray,
-                           test_images: torch.Tensor | np.ndarray) -> int:
+def _builtin(kind: str, seed: int) -> Splits:
+    if kind == "digits":
+        from sklearn.datasets import load_digits
+
+        d = load_digits()
+        images = d.images.astype(np.uint8)[:, None]  # 0..16, scaled by 1/16 (SIXTEENTHS)
+        if not np.array_equal(images[:, 0], d.images):
+            raise RuntimeError("load_digits no longer holds integers 0..16")
+        xtr, ytr, xte, yte = _split(images, d.target, seed, group_duplicates=True)
+        return Splits(ImageStore(xtr, SIXTEENTHS), ytr, ImageStore(xte, SIXTEENTHS), yte,
+                      tuple(str(i) for i in range(10)))
+    if kind == "shapes":
+        xtr, ytr, xte, yte = _make_shapes(seed)
+        return Splits(ImageStore(xtr), ytr, ImageStore(xte), yte, ("plus", "circle"))
+    (xtr, ytr, xte, yte), names, _ = _photo_bytes(seed)
+    return Splits(ImageStore(xtr, BYTE_VALUES), ytr, ImageStore(xte, BYTE_VALUES), yte, names)
+
+
+def _read_files(kind: str, path: Path, ram_bytes: int) -> Splits:
+    from . import folders, formats
+
+    if kind == "cifar10":
+        return formats.load_cifar10(path)
+    if kind in ("cifar100", "cifar100_coarse"):
+        return formats.load_cifar100(path, coarse=kind == "cifar100_coarse")
+    if kind == "stl10":
+        return formats.load_stl10(path, ram_bytes)
+    if kind == "npz":
+        return formats.load_npz(path, ram_bytes)
+    if kind == "folder":
+        return folders.load_folder(path, ram_bytes)
+    return folders.load_imagenet(path, ram_bytes)
+
+
+# ------------------------------------------------------------------------- duplicates
+
+Images = torch.Tensor | np.ndarray | ImageStore
+
+
+def count_split_duplicates(train_images: Images, test_images: Images, also: Sequence[Images] = ()) -> int:
     """How many test images ``[N_test, ...]`` are byte-equal to some training image
-    ``[N_train, ...]`` (same dtype expected; -0.0 and 0.0 differ). Hashes each image's raw bytes,
-    then confirms every hash hit byte for byte, so the count is exact."""
-    train, test = _as_rows(train_images), _as_rows(test_images)
-    if train.shape[1:] != test.shape[1:] or train.dtype != test.dtype:
-        return 0  # different shapes or dtypes: no two images can have the same bytes
-    seen = {_digest(row): i for i, row in enumerate(train)}
-    return sum(1 for row in test
-               if (i := seen.get(_digest(row))) is not None and row.tobytes() == train[i].tobytes())
+    ``[N_train, ...]`` (or to an image of one of the sets ``also``, such as STL-10's unlabelled
+    pretraining set); same dtype expected; -0.0 and 0.0 differ. Hashes each image's raw bytes,
+    then confirms every hash hit byte for byte, so the count is exact. Stores are read a chunk
+    at a time, so a dataset on disk is never held whole."""
+    test = test_images
+    trains = [t for t in (train_images, *also) if _dtype(t) == _dtype(test) and _image_shape(t) == _image_shape(test)]
+    seen: dict[bytes, tuple[int, int]] = {}  # digest -> (which training set, image index)
+    for which, images in enumerate(trains):
+        for offset, rows in _chunked_rows(images):
+            for i, row in enumerate(rows):
+                seen.setdefault(_digest(row), (which, offset + i))
+    count = 0
+    for _, rows in _chunked_rows(test):
+        for row in rows:
+            hit = seen.get(_digest(row))
+            count += hit is not None and row.tobytes() == _one_row(trains[hit[0]], hit[1]).tobytes()
+    return count
+
+
+def _dtype(images: Images) -> np.dtype:
+    if isinstance(images, ImageStore):
+        return np.dtype(images.source.dtype)
+    return images.numpy().dtype if isinstance(images, torch.Tensor) else np.asarray(images).dtype
+
+
+def _image_shape(images: Images) -> tuple[int, ...]:
+    return tuple(images.image_shape if isinstance(images, ImageStore) else images.shape[1:])
+
+
+def _chunked_rows(images: Images) -> Iterator[tuple[int, np.ndarray]]:
+    """(offset, rows [b, D]): one contiguous row of raw values per image, a chunk at a time."""
+    if isinstance(images, ImageStore):
+        for offset, stored in images.chunks():
+            yield offset, _as_rows(stored)
+    else:
+        yield 0, _as_rows(images)
+
+
+def _one_row(images: Images, i: int) -> np.ndarray:
+    if isinstance(images, ImageStore):
+        return _as_rows(images.stored(np.array([i])))[0]
+    return _as_rows(images[i:i + 1])[0]
 
 
 def _as_rows(images: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -194,8 +306,11 @@ def _as_rows(images: torch.Tensor | np.ndarray) -> np.ndarray:
 
 
 def _digest(row: np.ndarray) -> bytes:
-    # 16-byte BLAKE2b keys: a set of them stays small even for CIFAR's 50,000 x 12 KB images.
+    # 16-byte BLAKE2b keys: a set of them stays small even for STL-10's 100,000 x 27 KB images.
     return hashlib.blake2b(row.data, digest_size=16).digest()
+
+
+# ----------------------------------------------------------------------------- splits
 
 
 def _split(images: np.ndarray, labels: np.ndarray, seed: int, where: object = "",
@@ -203,18 +318,25 @@ def _split(images: np.ndarray, labels: np.ndarray, seed: int, where: object = ""
     """Seeded 80/20 split of images [N, C, H, W] and labels [N] -> (xtr, ytr, xte, yte),
     stratified when every class is large enough. With ``group_duplicates`` (built-ins only) all
     copies of an image go to the same split; without duplicates the split is the same either way."""
+    tr, te = _split_indices(labels, seed, where, images if group_duplicates else None)
+    return images[tr], labels[tr], images[te], labels[te]
+
+
+def _split_indices(labels: np.ndarray, seed: int, where: object = "",
+                   group_images: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The seeded 80/20 split of ``labels`` [N] as index arrays (train, test); with
+    ``group_images`` [N, ...], byte-equal images are kept in one split (see _split)."""
     from sklearn.model_selection import train_test_split
 
-    if len(images) < 2:
-        raise DataError(f"need at least 2 images to split into train/test, got {len(images)}: {where}")
-    group, first = _duplicate_groups(images) if group_duplicates else (np.arange(len(images)),) * 2
+    if len(labels) < 2:
+        raise DataError(f"need at least 2 images to split into train/test, got {len(labels)}: {where}")
+    group, first = _duplicate_groups(group_images) if group_images is not None else (np.arange(len(labels)),) * 2
     reps = np.arange(len(first))  # one representative per group, in order of first occurrence
     try:
         tr, te = train_test_split(reps, test_size=0.2, random_state=seed, stratify=labels[first])
     except ValueError:  # a class with one member, or more classes than test images
         tr, te = train_test_split(reps, test_size=0.2, random_state=seed)
-    tr, te = _group_members(group, tr), _group_members(group, te)
-    return images[tr], labels[tr], images[te], labels[te]
+    return _group_members(group, tr), _group_members(group, te)
 
 
 def _duplicate_groups(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -285,16 +407,18 @@ def _plus_coverage(dx: np.ndarray, dy: np.ndarray) -> np.ndarray:
     return horizontal + vertical - cover(1.5, dx) * cover(1.5, dy)  # the centre square once
 
 
-def _make_photos(seed: int, per_photo: int = 320) -> tuple[tuple, tuple[str, ...]]:
-    """32x32 RGB crops of the bundled photos, label = source photo -> ((xtr [9·256, 3, 32, 32],
-    ytr, xte [9·64, 3, 32, 32], yte), names); splits shuffled by the seed. See _photo_crops."""
-    arrays, names, _ = _photo_crops(seed, per_photo)
-    return arrays, names
-
-
 def _photo_crops(seed: int, per_photo: int = 320) -> tuple[tuple, tuple[str, ...], list[dict]]:
-    """The photos dataset plus, per photo, the crops' top-left corners ``{"train": [n, 2],
-    "test": [m, 2], "test_mask": [H, W]}`` (y, x), so tests can check the regions are disjoint.
+    """The photos dataset as float32 ((xtr [9·256, 3, 32, 32], ytr, xte [9·64, 3, 32, 32], yte),
+    names, layout): :func:`_photo_bytes` through the byte table, the values training sees."""
+    (xtr, ytr, xte, yte), names, layout = _photo_bytes(seed, per_photo)
+    return (BYTE_VALUES[xtr], ytr, BYTE_VALUES[xte], yte), names, layout
+
+
+def _photo_bytes(seed: int, per_photo: int = 320) -> tuple[tuple, tuple[str, ...], list[dict]]:
+    """32x32 RGB crops of the bundled photos, label = source photo -> ((xtr uint8 [9·256, 3, 32,
+    32], ytr, xte uint8 [9·64, 3, 32, 32], yte), names, layout), splits shuffled by the seed;
+    layout holds, per photo, the crops' top-left corners ``{"train": [n, 2], "test": [m, 2],
+    "test_mask": [H, W]}`` (y, x), so tests can check the regions are disjoint.
 
     A fifth of each photo (5 of its 5x5 grid blocks, chosen by the seed) holds the test crops;
     training crops lie wholly outside it. Random 80/20 splitting of overlapping crops put 89% of
@@ -325,12 +449,11 @@ def _split_photo(photo: np.ndarray, rng: np.random.Generator, per_photo: int,
 
 
 def _stack_shuffled(crops: list[np.ndarray], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Per-photo crops uint8 [n_k, 32, 32, 3] -> images float32 [N, 3, 32, 32] and labels int64
+    """Per-photo crops uint8 [n_k, 32, 32, 3] -> images uint8 [N, 3, 32, 32] and labels int64
     [N] (label k = photo k), shuffled so that a limit (test_limit=200) still takes every photo."""
     labels = np.concatenate([np.full(len(c), k, np.int64) for k, c in enumerate(crops)])
     order = rng.permutation(len(labels))
-    images = np.concatenate(crops).transpose(0, 3, 1, 2)[order] / np.float32(255)
-    return images.astype(np.float32), labels[order]
+    return np.ascontiguousarray(np.concatenate(crops).transpose(0, 3, 1, 2)[order]), labels[order]
 
 
 def _load_photos() -> dict[str, np.ndarray]:
@@ -382,168 +505,3 @@ def _sample_crops(photo: np.ndarray, corners: np.ndarray, n: int, rng: np.random
     raise DataError(f"photo {name!r} yields too few non-constant 32x32 crops")
 
 
-class _NumpyOnlyUnpickler(pickle.Unpickler):
-    """CIFAR batches are pickles: allow only the globals needed to rebuild numpy arrays."""
-
-    _ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-                ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
-
-    def find_class(self, module: str, name: str):  # noqa: ANN201 - pickle's own signature
-        if (module, name) not in self._ALLOWED:
-            raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
-        return super().find_class(module, name)
-
-
-def _unpickle(file: Path) -> dict:
-    try:
-        obj = _NumpyOnlyUnpickler(io.BytesIO(file.read_bytes()), encoding="bytes").load()
-    except Exception as exc:  # any corruption is reported the same way, naming the file
-        raise DataError(f"cannot unpickle CIFAR batch {file}: {exc}") from exc
-    if not isinstance(obj, dict):
-        raise DataError(f"CIFAR batch {file} is a {type(obj).__name__}, expected a dict")
-    return obj
-
-
-def _cifar_batch(file: Path) -> tuple[np.ndarray, np.ndarray]:
-    """One batch file -> images uint8 [n, 3, 32, 32], labels [n]."""
-    batch = _unpickle(file)
-    for key in (b"data", b"labels"):
-        if key not in batch:
-            raise DataError(f"CIFAR batch {file} has no key {key!r}")
-    data, labels = batch[b"data"], np.asarray(batch[b"labels"])
-    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 \
-            or data.shape[1] != 3072:
-        raise DataError(f"CIFAR batch {file}: b'data' must be uint8 [n, 3072], got "
-                        f"{getattr(data, 'dtype', type(data).__name__)} {getattr(data, 'shape', '')}")
-    if labels.ndim != 1 or len(labels) != len(data) or not np.issubdtype(labels.dtype, np.integer):
-        raise DataError(f"CIFAR batch {file}: b'labels' must be {len(data)} integers, got "
-                        f"{labels.dtype} {labels.shape}")
-    return data.reshape(-1, 3, 32, 32), labels
-
-
-def _load_cifar10(root: Path) -> tuple[tuple, tuple[str, ...]]:
-    """CIFAR-10 python batches: data_batch_1..5 (any, at least one) and test_batch (required)."""
-    if not root.is_dir():
-        raise DataError(f"cifar10 path must be a folder of python batches: {root}")
-    train_files = [root / f"data_batch_{i}" for i in range(1, 6) if (root / f"data_batch_{i}").exists()]
-    if not train_files:
-        raise DataError(f"no CIFAR training batch (data_batch_1..5) in {root}")
-    if not (root / "test_batch").exists():
-        raise DataError(f"missing CIFAR test batch: {root / 'test_batch'}")
-    train = [_cifar_batch(f) for f in train_files]
-    xte, yte = _cifar_batch(root / "test_batch")
-    xtr, ytr = np.concatenate([b[0] for b in train]), np.concatenate([b[1] for b in train])
-    names = _CIFAR10_NAMES
-    if (root / "batches.meta").exists():
-        meta = _unpickle(root / "batches.meta")
-        if b"label_names" not in meta:
-            raise DataError(f"CIFAR meta {root / 'batches.meta'} has no key b'label_names'")
-        names = tuple(n.decode() if isinstance(n, bytes) else str(n) for n in meta[b"label_names"])
-    _check_labels(np.concatenate([ytr, yte]), len(names), root)
-    return (xtr / np.float32(255), ytr, xte / np.float32(255), yte), names
-
-
-def _load_folder(root: Path) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-    """Class sub-folders of PNG/JPEG images -> images float32 [N, C, H, W] (C=3 if any image is
-    colour, else 1), labels = index of the (sorted) class folder among those holding images."""
-    from PIL import Image
-
-    if not root.is_dir():
-        raise DataError(f"folder dataset path must be a folder of class folders: {root}")
-    classes: list[tuple[str, list[Path]]] = []
-    for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        files = sorted(f for f in sub.iterdir() if f.suffix.lower() in _IMAGE_SUFFIXES)
-        if files:
-            classes.append((sub.name, files))
-    if not classes:
-        raise DataError(f"empty dataset: no PNG/JPEG images in class sub-folders of {root}")
-    images, labels, size = [], [], None
-    for label, (_, files) in enumerate(classes):
-        for f in files:
-            try:
-                with Image.open(f) as im:
-                    im.load()
-                    img = im.copy()
-            except OSError as exc:
-                raise DataError(f"cannot read image {f}: {exc}") from exc
-            size = size or img.size
-            if img.size != size:
-                raise DataError(f"image {f} is {img.size[0]}x{img.size[1]}, expected {size[0]}x{size[1]} "
-                                f"like the first image (all images must have the same size)")
-            images.append(img)
-            labels.append(label)
-    colour = any(img.mode not in ("1", "L", "LA") for img in images)
-    arrays = [np.asarray(img.convert("RGB" if colour else "L")) for img in images]
-    x = np.stack(arrays)
-    x = x.transpose(0, 3, 1, 2) if colour else x[:, None]
-    return (x / np.float32(255)), np.asarray(labels, np.int64), tuple(name for name, _ in classes)
-
-
-def _load_npz(path: Path, seed: int) -> tuple[tuple, tuple[str, ...]]:
-    """``images`` + ``labels`` (+ optional ``test_images``/``test_labels``, ``class_names``)."""
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except Exception as exc:  # not a zip, pickled objects, truncated file ...
-        raise DataError(f"cannot read npz {path}: {exc}") from exc
-    for key in ("images", "labels"):
-        if key not in arrays:
-            raise DataError(f"npz {path} has no key {key!r} (keys: {sorted(arrays)})")
-    if ("test_images" in arrays) != ("test_labels" in arrays):
-        missing = "test_labels" if "test_images" in arrays else "test_images"
-        raise DataError(f"npz {path} has no key {missing!r}: test_images and test_labels go together")
-    x, y = _npz_images(arrays["images"], path, "images"), _npz_labels(arrays["labels"], path, "labels")
-    if len(x) != len(y):
-        raise DataError(f"npz {path}: 'labels' has {len(y)} entries but 'images' has {len(x)}")
-    if "test_images" in arrays:
-        xte = _npz_images(arrays["test_images"], path, "test_images")
-        yte = _npz_labels(arrays["test_labels"], path, "test_labels")
-        if len(xte) != len(yte):
-            raise DataError(f"npz {path}: 'test_labels' has {len(yte)} entries but 'test_images' has {len(xte)}")
-        if xte.shape[1:] != x.shape[1:]:
-            raise DataError(f"npz {path}: 'test_images' are {xte.shape[1:]} but 'images' are {x.shape[1:]}")
-        split = (x, y, xte, yte)
-    else:
-        split = _split(x, y, seed, where=path)
-    all_labels = np.concatenate([split[1], split[3]])
-    if "class_names" in arrays:
-        names = tuple(str(n) for n in np.atleast_1d(arrays["class_names"]))
-    else:
-        names = tuple(str(i) for i in range(int(all_labels.max()) + 1))
-    _check_labels(all_labels, len(names), path)
-    return split, names
-
-
-def _npz_images(a: np.ndarray, path: Path, key: str) -> np.ndarray:
-    """[N,H,W] | [N,C,H,W] | [N,H,W,C] (C in {1,3}) of uint8 or float -> float32 [N, C, H, W]."""
-    if a.ndim == 3:
-        a = a[:, None]
-    elif a.ndim == 4:
-        if a.shape[-1] in (1, 3) and a.shape[1] not in (1, 3):
-            a = a.transpose(0, 3, 1, 2)  # channel-last
-        elif a.shape[1] not in (1, 3):
-            raise DataError(f"npz {path}: {key!r} has shape {a.shape}; channels (dim 1 or last) must be 1 or 3")
-    else:
-        raise DataError(f"npz {path}: {key!r} has shape {a.shape}; allowed [N,H,W], [N,C,H,W], [N,H,W,C]")
-    if a.shape[0] == 0:
-        raise DataError(f"empty dataset: npz {path} key {key!r} holds no images")
-    if a.dtype == np.uint8:
-        return a / np.float32(255)
-    if not np.issubdtype(a.dtype, np.floating):
-        raise DataError(f"npz {path}: {key!r} has dtype {a.dtype}; allowed uint8 (scaled by 1/255) or float")
-    bad = int((~np.isfinite(a)).sum())
-    if bad:
-        raise DataError(f"npz {path}: {key!r} has {bad} non-finite pixel values (NaN/inf)")
-    return a.astype(np.float32)
-
-
-def _npz_labels(a: np.ndarray, path: Path, key: str) -> np.ndarray:
-    if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
-        raise DataError(f"npz {path}: {key!r} must be 1-D integers, got {a.dtype} {a.shape}")
-    return a.astype(np.int64)
-
-
-def _check_labels(labels: np.ndarray, num_classes: int, where: Path) -> None:
-    if len(labels) and (labels.min() < 0 or labels.max() >= num_classes):
-        raise DataError(f"labels in {where} must lie in [0, {num_classes}), got "
-                        f"[{labels.min()}, {labels.max()}]")

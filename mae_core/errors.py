@@ -5,6 +5,28 @@ no traceback. It is a ``ValueError`` so library callers that catch ``ValueError`
 Errors that are not the user's (a bug, a crashed process, a diverging run) are not UserErrors.
 """
 
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from pydantic import ValidationError
+
+
+class Problem(NamedTuple):
+    """The first thing pydantic rejected: the dotted key, pydantic's error type, its message
+    (without pydantic's "Value error, " prefix) and the value given."""
+    key: str
+    kind: str
+    message: str
+    value: Any
+
+
+def first_problem(error: ValidationError) -> Problem:
+    """What a one-line message about ``error`` needs (config keys and study files word it)."""
+    first = error.errors()[0]
+    return Problem(".".join(str(part) for part in first["loc"]), first["type"],
+                   first["msg"].removeprefix("Value error, "), first.get("input"))
+
 
 class UserError(ValueError):
     """Bad input: printed as one line, exit status 2."""

@@ -13,6 +13,10 @@ width, ``Dd`` decoder width, ``Z`` latent width.
 * :class:`BottleneckAutoencoder` is the spec's unmasked pair ``E: X -> Z``, ``D: Z -> X`` for
   the plain and denoising autoencoders: the encoder sees all M patches and pools them into one
   ``Z``-dimensional latent; the decoder expands the latent with positions back to M patches.
+
+With ``class_token=True`` the MAE computes what He et al.'s ``models_mae.py`` computes:
+``tests/test_transformers_port.py`` copies its weights into ``transformers``' port of that code
+(:mod:`mae_core.transformers_port`) and finds the same tokens, predictions and loss to rounding.
 """
 
 from __future__ import annotations
@@ -78,7 +82,8 @@ class Attention(nn.Module):
         return self.proj(out.transpose(1, 2).reshape(batch, length, width))
 
 
-# He et al. build every block with ``partial(nn.LayerNorm, eps=1e-6)`` (torch's default is 1e-5).
+# He et al. build every block with ``partial(nn.LayerNorm, eps=1e-6)`` (torch's default is 1e-5;
+# transformers' ViTMAEConfig's is 1e-12, so a port must name 1e-6: transformers_port does).
 LAYER_NORM_EPS = 1e-6
 
 
@@ -151,10 +156,25 @@ class ViTEncoder(nn.Module):
         return x[:, 0], x[:, 1:]
 
 
-def pooled_features(cls: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor:
-    """The probe's representation: mean-pooled tokens, with the class token in front when present."""
+# What ``features`` hands a probe: ``mean`` the mean-pooled tokens ``[B,D]``, ``cls`` the class
+# token ``[B,D]`` (what MAE's linear probe reads), ``both`` the two side by side ``[B,2D]``
+# (class token first); ``auto`` is ``both`` with a class token and ``mean`` without.
+FEATURE_POOLS = ("auto", "mean", "cls", "both")
+
+
+def pooled_features(cls: torch.Tensor | None, tokens: torch.Tensor, pool: str = "auto") -> torch.Tensor:
+    """The probe's representation of the class token ``[B,D]`` (or None) and tokens ``[B,L,D]``:
+    ``[B,D]`` for ``mean`` and ``cls``, ``[B,2D]`` for ``both`` (see :data:`FEATURE_POOLS`)."""
+    if pool == "auto":
+        pool = "mean" if cls is None else "both"
+    if pool not in FEATURE_POOLS:
+        raise ValueError(f"pool={pool!r} is not one of {', '.join(FEATURE_POOLS)}")
+    if pool != "mean" and cls is None:
+        raise ValueError(f"pool={pool} reads the class token; this model has none (class_token=False)")
+    if pool == "cls":
+        return cls
     pooled = tokens.mean(dim=1)
-    return pooled if cls is None else torch.cat([cls, pooled], dim=1)
+    return pooled if pool == "mean" else torch.cat([cls, pooled], dim=1)
 
 
 # ------------------------------------------------------------------------------ models
@@ -235,11 +255,11 @@ class MaskedAutoencoder(nn.Module):
         cls, tokens = self._encode(gather_positions(patches, visible), visible)
         return self.decode(tokens, visible, cls)
 
-    def features(self, patches: torch.Tensor) -> torch.Tensor:
-        """All patches visible -> the probe's representation ``[B,F]``."""
+    def features(self, patches: torch.Tensor, pool: str = "auto") -> torch.Tensor:
+        """All patches visible -> the probe's representation ``[B,F]`` (``pool``: :data:`FEATURE_POOLS`)."""
         everything = torch.arange(self.num_patches, device=patches.device).expand(patches.shape[0], -1)
         cls, tokens = self._encode(patches, everything)
-        return pooled_features(cls, tokens)
+        return pooled_features(cls, tokens, pool)
 
 
 class BottleneckAutoencoder(nn.Module):
@@ -286,14 +306,40 @@ class BottleneckAutoencoder(nn.Module):
         self._require_all_visible(visible)
         return self.decode(self.latent(patches))
 
-    def features(self, patches: torch.Tensor) -> torch.Tensor:
-        """The probe's representation ``[B,F]``: mean-pooled encoder tokens (the latent is a
-        linear map of them, so a linear probe on these is at least as strong)."""
-        return pooled_features(*self._encode(patches))
+    def features(self, patches: torch.Tensor, pool: str = "auto") -> torch.Tensor:
+        """The probe's representation ``[B,F]``: pooled encoder tokens (``pool``: :data:`FEATURE_POOLS`;
+        the latent is a linear map of the mean, so a linear probe on these is at least as strong)."""
+        return pooled_features(*self._encode(patches), pool)
 
     def _require_all_visible(self, visible: torch.Tensor | None) -> None:
         if visible is not None and visible.shape[1] != self.num_patches:
             raise ValueError("an autoencoder's encoder sees every patch; pass visible=None")
+
+
+class FeatureEncoder(nn.Module):
+    """A trained model's encoder alone, as the probes read it: patches ``[B,M,q]`` -> features
+    ``[B,F]`` with every patch visible (what ``features`` of either model returns).
+
+    One tensor in, one out, so MLflow's pytorch flavour can serve it; it holds only the encoder
+    (the decoder, and an MAE's mask tokens, take no part when every patch is visible).
+    """
+
+    def __init__(self, encoder: ViTEncoder, num_patches: int):
+        super().__init__()
+        self.encoder = encoder
+        self.num_patches = num_patches
+
+    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+        everything = torch.arange(self.num_patches, device=patches.device).expand(patches.shape[0], -1)
+        return pooled_features(*self.encoder(self.encoder.patch_embed(patches), everything))
+
+
+def feature_encoder(model: nn.Module) -> FeatureEncoder:
+    """The encoder of a trained :class:`MaskedAutoencoder` or :class:`BottleneckAutoencoder`,
+    copied to the CPU in eval mode (the trained model itself is left as it was)."""
+    import copy
+
+    return FeatureEncoder(copy.deepcopy(model.encoder).float().cpu(), model.num_patches).eval()
 
 
 def variant_name(objective: str, encoder_width: int, encoder_depth: int, decoder_width: int,

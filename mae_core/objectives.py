@@ -125,16 +125,10 @@ def _monte_carlo_risk(model, patches, targets, num_visible, per_image, generator
     return RiskEstimate(value=value, stderr=stderr, num_masks=per_image, exact=False)
 
 
-def _needs_visible(model: nn.Module) -> bool:
-    from .models import MaskedAutoencoder  # the masked model takes an explicit visible set
-
-    return isinstance(model, MaskedAutoencoder)
-
-
 def empirical_rec_risk(model: nn.Module, patches: torch.Tensor, target: str = "raw") -> float:
     """``R_rec^emp``: every patch visible, all M positions scored against ``T(x_j)`` (``T_raw``
     gives exactly the spec's risk)."""
-    return float(_per_example(model, patches, apply_target(patches, target), _needs_visible(model)).mean())
+    return float(_per_example(model, patches, apply_target(patches, target)).mean())
 
 
 def empirical_den_risk(model: nn.Module, patches: torch.Tensor, law: FiniteCorruptionLaw,
@@ -147,19 +141,21 @@ def empirical_den_risk(model: nn.Module, patches: torch.Tensor, law: FiniteCorru
     clean_targets = apply_target(patches, target)
     noisy = law.copies.reshape(num_images * num_copies, *patches.shape[1:])
     targets = clean_targets.repeat_interleave(num_copies, dim=0)
-    losses = _per_example(model, noisy, targets, _needs_visible(model)).view(num_images, num_copies)
+    losses = _per_example(model, noisy, targets).view(num_images, num_copies)
     return float((losses * law.weights.double()).sum(dim=1).mean())
 
 
 @torch.inference_mode()
-def _per_example(model, inputs, targets, all_visible, batch_size: int = 4096) -> torch.Tensor:
+def _per_example(model, inputs, targets, batch_size: int = 4096) -> torch.Tensor:
+    """Per-example reconstruction error with every patch visible, for any model: the masked
+    model takes the full index set (k = M), the autoencoders accept it and see every patch anyway."""
     was_training = model.training
     model.eval()
     try:
         out = []
         for start in range(0, inputs.shape[0], batch_size):
             x = inputs[start:start + batch_size]
-            visible = torch.arange(x.shape[1]).expand(x.shape[0], -1) if all_visible else None
+            visible = torch.arange(x.shape[1]).expand(x.shape[0], -1)
             out.append(reconstruction_mse(_predict(model, x, visible), targets[start:start + batch_size]).double())
         return torch.cat(out)
     finally:

@@ -70,6 +70,12 @@ def require_norm_domain(patches: torch.Tensor, what: str = "the training set") -
     """Raise :class:`NormDomainError` unless every patch of every image has ``s > 0``."""
     report = norm_domain_report(patches)
     if not report.ok:
+        raise_outside_norm_domain(report, what)
+
+
+def raise_outside_norm_domain(report: NormDomainReport, what: str) -> None:
+    """Raise the :class:`NormDomainError` that a failed report calls for (one line)."""
+    if not report.ok:
         image, patch = report.first_bad
         raise NormDomainError(
             f"target=norm is undefined on {what}: {report.num_bad_images} of "

@@ -18,6 +18,7 @@ and resuming from one reproduces the uninterrupted run exactly on the CPU.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable
@@ -30,13 +31,15 @@ from torch import nn
 
 from .config import Config
 from .corruptions import corrupt
+from .augment import augment
 from .data import count_split_duplicates, load_dataset
+from .images import DeviceImages, ImageStore
 from .masking import sample_visible
 from .models import build_model
 from .objectives import masked_mse, reconstruction_mse
 from .patches import patchify
 from .precision import autocast, grad_scaler
-from .targets import apply_target, require_norm_domain
+from .targets import NormDomainReport, norm_domain_report, raise_outside_norm_domain, target_moments
 
 
 class NonFiniteError(FloatingPointError):
@@ -65,37 +68,76 @@ class CheckpointError(RuntimeError):
 
 @dataclass(frozen=True)
 class PatchData:
-    """A dataset on the trial's patch grid: patches ``[N,M,q]`` and labels ``[N]``."""
+    """A dataset on the trial's patch grid. The images stay as stored (:class:`ImageStore`:
+    uint8 where the data are bytes, on disk above the RAM ceiling); pretraining converts them a
+    batch at a time, and ``train_patches``/``test_patches`` (float32 ``[N,M,q]``, what the
+    evaluation reads) are made on first read and kept. ``pretrain_images`` are the images the
+    training loop samples when they are not the labelled training split (STL-10's unlabelled
+    set)."""
 
-    train_patches: torch.Tensor
+    train_images: ImageStore
     train_labels: torch.Tensor
-    test_patches: torch.Tensor
+    test_images: ImageStore
     test_labels: torch.Tensor
     image_shape: tuple[int, int, int]
     patch_size: int
     # test images byte-equal to a training image, among the images used (logged every trial)
     train_test_duplicates: int = 0
+    pretrain_images: ImageStore | None = None
+
+    @functools.cached_property  # a frozen dataclass still has the __dict__ this writes to
+    def train_patches(self) -> torch.Tensor:
+        """The labelled training split as float32 patches [N,M,q]."""
+        return patchify(self.train_images.floats(), self.patch_size)
+
+    @functools.cached_property
+    def test_patches(self) -> torch.Tensor:
+        """The test split as float32 patches [N,M,q]."""
+        return patchify(self.test_images.floats(), self.patch_size)
+
+    @property
+    def pretraining(self) -> ImageStore:
+        """The images ``I_t`` is drawn from."""
+        return self.pretrain_images if self.pretrain_images is not None else self.train_images
 
 
 def prepare_data(config: Config) -> PatchData:
-    """Load, limit and patchify the dataset; refuse ``target=norm`` outside ``D_norm``."""
-    dataset = load_dataset(config.dataset, seed=config.seed)
+    """Load and limit the dataset (images as stored, nothing converted yet); refuse
+    ``target=norm`` outside ``D_norm`` (checked a chunk at a time)."""
+    dataset = load_dataset(config.dataset, seed=config.seed, ram_mb=config.data_ram_mb)
     p = config.resolved_patch_size
-    train_images = dataset.train_images[: config.train_limit]
-    test_images = dataset.test_images[: config.test_limit]
+    limit = slice(None, config.train_limit)
+    train_images, test_images = dataset.train[limit], dataset.test[: config.test_limit]
+    pretrain_images = dataset.unlabelled[limit] if dataset.unlabelled is not None else None
+    also = [pretrain_images] if pretrain_images is not None else []
     duplicates = dataset.train_test_duplicates
     if duplicates and (config.train_limit is not None or config.test_limit is not None):
-        duplicates = count_split_duplicates(train_images, test_images)  # among the images kept
-    train = patchify(train_images, p)
-    test = patchify(test_images, p)
+        duplicates = count_split_duplicates(train_images, test_images, also=also)  # among the images kept
     if config.target == "norm":
-        require_norm_domain(train, what=f"the training set of dataset={config.dataset}")
-        require_norm_domain(test, what=f"the test set of dataset={config.dataset}")
+        for images, split in ((train_images, "training set"), (pretrain_images, "unlabelled set"),
+                              (test_images, "test set")):
+            if images is not None:
+                require_norm_domain_chunks(images, p, what=f"the {split} of dataset={config.dataset}")
     return PatchData(
-        train_patches=train, train_labels=dataset.train_labels[: config.train_limit],
-        test_patches=test, test_labels=dataset.test_labels[: config.test_limit],
+        train_images=train_images, train_labels=dataset.train_labels[: config.train_limit],
+        test_images=test_images, test_labels=dataset.test_labels[: config.test_limit],
         image_shape=dataset.image_shape, patch_size=p, train_test_duplicates=duplicates,
+        pretrain_images=pretrain_images,
     )
+
+
+def require_norm_domain_chunks(images: ImageStore, patch_size: int, what: str) -> None:
+    """:func:`~mae_core.targets.require_norm_domain` over a store read a chunk at a time (the
+    image named in the error counts from the start of the store)."""
+    reports = [(offset, norm_domain_report(patchify(torch.from_numpy(images.to_float(stored)), patch_size)))
+               for offset, stored in images.chunks()]
+    bad = [(offset, report) for offset, report in reports if not report.ok]
+    if bad:
+        offset, first = bad[0]
+        image, patch = first.first_bad
+        raise_outside_norm_domain(NormDomainReport(
+            num_images=len(images), num_bad_images=sum(r.num_bad_images for _, r in reports),
+            num_bad_patches=sum(r.num_bad_patches for _, r in reports), first_bad=(offset + image, patch)), what)
 
 
 # ------------------------------------------------------------------- schedule, optimiser
@@ -234,13 +276,14 @@ def train(
             # equals the uninterrupted one even when checkpoint_every is no multiple of log_every
             running_sum, since_log = float(state.get("running_sum", 0.0)), int(state.get("since_log", 0))
 
-    train_patches = data.train_patches
-    targets = apply_target(train_patches, config.target)  # T(x_j) once, not per step
-    n, num_patches = train_patches.shape[:2]
-    k = config.num_visible
-    # The training set lives on the device (these datasets are small): a step then copies only
-    # the B indices and visible sets there, and nothing comes back until a record is due.
-    train_on_device, targets_on_device = train_patches.to(device), targets.to(device)
+    # The pretraining images as stored (uint8: a quarter of float32) live on the device when
+    # they are in memory; a batch is gathered and converted there, and only the B indices and
+    # visible sets cross each step. Images on disk are read batch by batch instead.
+    if config.target == "norm":  # every image once, as apply_target on the whole set did
+        require_norm_domain_chunks(data.pretraining, data.patch_size, what="the training set")
+    images = DeviceImages(data.pretraining, device)
+    value_range = (0.0, 1.0) if data.pretraining.table is not None else None  # bytes: pixels in [0, 1]
+    n, num_patches, k = len(images), config.num_patches, config.num_visible
     step_fn = torch.compile(model) if config.compile_enabled else model
     forward_precision = autocast(config.precision, device)  # the loss below is always fp32
     peak = config.actual_lr
@@ -257,18 +300,20 @@ def train(
         for group in optimizer.param_groups:
             group["lr"] = lr
         index = torch.randint(n, (config.batch_size,), generator=sampler)  # I_t, drawn on the CPU
-        on_device = index.to(device, non_blocking=True)
-        x, target = train_on_device[on_device], targets_on_device[on_device]
+        # the augmentation (none by default: it draws nothing then) draws from the same sampler
+        clean = patchify(augment(images(index), config.augment, sampler, value_range), data.patch_size)  # [B,M,q]
+        target = batch_target(clean, config.target)
         if config.objective == "mae":
             visible = sample_visible(config.batch_size, num_patches, k, sampler,
                                      config.mask_sampling, config.grid)  # V_t
             visible = visible.to(device, non_blocking=True)
             with forward_precision:
-                pred = step_fn(x, visible)
+                pred = step_fn(clean, visible)
             loss = masked_mse(pred.float(), target, visible).mean()
         else:
+            x = clean
             if config.objective == "dae":  # the corruption draws from the same CPU sampler
-                x = corrupt(train_patches[index], config.resolved_corruption, config.corruption_level,
+                x = corrupt(clean.cpu(), config.resolved_corruption, config.corruption_level,
                             sampler).to(device, non_blocking=True)
             with forward_precision:
                 pred = step_fn(x)
@@ -314,6 +359,16 @@ def train(
     model.eval()
     return TrainResult(model=model, steps=config.steps, history=history,
                        resumed_from=resumed_from, warnings=warnings)
+
+
+def batch_target(patches: torch.Tensor, kind: str) -> torch.Tensor:
+    """``T(x_j)`` of a batch [B,M,q], the arithmetic of :func:`apply_target` without its
+    ``D_norm`` check: :func:`prepare_data` checked every training image once, and a check per
+    step would wait for the GPU every step."""
+    if kind == "raw":
+        return patches
+    mean, scale = target_moments(patches, kind)
+    return (patches - mean) / scale
 
 
 def changed_keys(config: Config, saved: dict[str, Any]) -> list[str]:

@@ -29,7 +29,11 @@ from mae_core import files
 from mae_core.config import EVAL_PREFIX, Config, ConfigKey, config_keys, parse_overrides, value_text
 from mae_core.errors import UserError
 
+from .search import DEFAULT_METRIC, DEFAULT_SAMPLES
+
 BAD_INPUT = 2
+DEFAULT_OUT = "mae_runs"  # run's and report's --out: the output folder of studies
+DEFAULT_EXPERIMENT = "mae-study"  # (studies.tracking.DEFAULT_EXPERIMENT, without importing MLflow)
 
 
 class UsageError(UserError):
@@ -110,7 +114,7 @@ def _train(args: argparse.Namespace) -> tuple[int, dict[str, float] | None]:
                                       tracking_uri, resume=args.resume)
     console.print(f"[bold]{run_name}[/]  M={config.num_patches} q={config.patch_dim} "
                   f"k={config.num_visible} ρ_eff={config.effective_mask_ratio:.3f}  "
-                  f"n_train={len(data.train_patches)} n_test={len(data.test_patches)}")
+                  f"n_train={len(data.pretraining)} n_test={len(data.test_images)}")  # no float copy
     columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
                TextColumn("{task.completed}/{task.total}"), TextColumn("loss {task.fields[loss]}"),
                TimeElapsedColumn(), TimeRemainingColumn())
@@ -132,6 +136,7 @@ def _train(args: argparse.Namespace) -> tuple[int, dict[str, float] | None]:
             return _train_interrupted(args, interruption, checkpoint, getattr(stop, "step", None)), None
     _print_metrics(console, outcome.metrics)
     console.print(f"MLflow run {outcome.run_id} in {tracking_uri} (experiment {args.experiment})")
+    console.print(f"next: {ui_command(tracking_uri)}", highlight=False, markup=False, soft_wrap=True)
     return 0, outcome.metrics
 
 
@@ -169,9 +174,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     table.columns[0].no_wrap = True
 
     def add(label: str, study) -> None:
-        axes = "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in study.axes.items())
-        table.add_row(label, study.paper, f"{axes} (× {len(study.seeds)})",
-                      str(study.grid_size()), str(study.grid_size(smoke=True)))
+        varies = [f"{k}: {', '.join(map(str, v))}" for k, v in study.axes.items()]
+        varies += ["zip(" + "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in g.items()) + ")"
+                   for g in study.zipped]
+        samples = study.search["samples"] if study.search else 1
+        if study.search:
+            varies.append(f"{study.search['algorithm']} search of {', '.join(study.search['space'])} "
+                          f"({samples} samples per arm)")
+        table.add_row(label, study.paper, f"{'; '.join(varies)} (× {len(study.seeds)})",
+                      str(study.grid_size() * samples), str(study.grid_size(smoke=True) * samples))
 
     for study in STUDIES.values():
         add(study.name, study)
@@ -199,18 +210,22 @@ def cmd_new_study(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from .registry import get_study
     from .runner import RunOptions, default_gpus_per_trial, plan_study, run_study
+    from .search import split_ranges
 
     study = get_study(args.study)
-    plan = plan_study(study, smoke=args.smoke, overrides=parse_overrides(args.overrides))
+    search = _search_of(args, study)
+    _, fixed = split_ranges(parse_overrides(args.overrides))  # key=value and key=v1,v2; ranges are search's
+    plan = plan_study(study, smoke=args.smoke, overrides=fixed, search=search)
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise UsageError(f"--max-concurrent {args.max_concurrent}: must be at least 1")
-    out = writable_folder(Path(args.out) / (study.name + ("-smoke" if args.smoke else "")), "--out")
+    root = writable_folder(Path(args.out), "--out")
+    out = writable_folder(study_folder(root, study.name, args.smoke), "--out")
     options = RunOptions(
-        out_dir=out, tracking_uri=args.tracking_uri or _default_uri(Path.cwd()),
+        out_dir=out, tracking_uri=args.tracking_uri or _default_uri(root),
         experiment=args.experiment, smoke=args.smoke, resume=args.resume, address=args.address,
         max_concurrent=args.max_concurrent, cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=(args.gpus_per_trial if args.gpus_per_trial is not None
-                        else default_gpus_per_trial(len(plan.cells), args.cpus_per_trial, args.address)),
+                        else default_gpus_per_trial(plan.num_trials, args.cpus_per_trial, args.address)),
         scheduler=args.scheduler, command=shlex.join(["mae-study", *args.argv]),
     )
 
@@ -218,11 +233,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .progress import StudyProgress, progress_metric
     from .runner import StudyInterrupted
 
-    header = (f"study {study.name} ({study.paper}): {len(plan.cells)} trials, axes "
-              + ", ".join(f"{k}={v}" for k, v in plan.axes.items()))
     interruption = Interruption()
     try:  # run_study checks the address and the resume state before Ray or MLflow start
-        progress = StudyProgress(total=len(plan.cells), header=header, metric=progress_metric(plan.axes))
+        metric, mode = ((search.metric, search.mode) if search is not None else (progress_metric(plan.varied), "min"))
+        progress = StudyProgress(total=plan.num_trials, header=_run_header(study, plan), metric=metric, mode=mode)
         with sigterm_as_sigint(interruption):
             state = run_study(plan, options, progress=progress, interruption=interruption)
     except StudyInterrupted as stop:
@@ -236,12 +250,75 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     print(f"study {study.name}: {state['trials']} trials, {state['errored']} errored, "
           f"{state['diverged']} diverged; MLflow parent run {state['parent_run_id']} in "
-          f"{options.tracking_uri}; next: mae-study report {study.name}", file=sys.stderr)
+          f"{options.tracking_uri}", file=sys.stderr)
+    print(f"next: {report_command(args, study.name, state['parent_run_id'])}", file=sys.stderr)
     return 1 if state["errored"] else 0
 
 
+def _search_of(args: argparse.Namespace, study):
+    """The search ``run`` asks for (None: a grid): the study file's ``search`` block, then
+    ``--search``, ``--samples``, ``--metric`` and the ranges among the ``key=value`` pairs."""
+    from .search import make_search, require_optuna, split_ranges
+
+    ranges, fixed = split_ranges(parse_overrides(args.overrides))
+    file_search = study.search
+    if file_search is not None:  # key=value on the command line beats the file's range of that key
+        space = {k: v for k, v in file_search["space"].items() if k not in fixed}
+        file_search = {**file_search, "space": space} if space or ranges or args.search else None
+    search = make_search(algorithm=args.search, samples=args.samples, metric=args.metric, ranges=ranges,
+                         file_search=file_search)
+    if search is not None and search.algorithm == "optuna":
+        require_optuna()  # the optuna extra: one line before anything starts
+    return search
+
+
+def _run_header(study, plan) -> str:
+    """The first progress line: the study, its trial count and what varies."""
+    varies = [f"{k}={v}" for k, v in plan.axes.items()]
+    varies += ["zip(" + ", ".join(f"{k}={v}" for k, v in group.items()) + ")" for group in plan.zipped]
+    if plan.search is not None:
+        varies.append(f"{plan.search.algorithm} search of " + ", ".join(
+            f"{k}={r.text}" for k, r in plan.search.space.items())
+            + f" ({plan.search.samples} samples per arm, {plan.search.mode} {plan.search.metric})")
+    return f"study {study.name} ({study.paper}): {plan.num_trials} trials, axes " + ", ".join(varies)
+
+
+def study_folder(root: Path, study: str, smoke: bool) -> Path:
+    """A study's own folder under ``--out``: its ``study.json``, Ray's state (``ray/``) and its
+    report (``report/``); smoke runs apart (``STUDY-smoke``), so they never meet a full run's state."""
+    return root / (study + ("-smoke" if smoke else ""))
+
+
+def report_command(args: argparse.Namespace, study: str, parent_run_id: str) -> str:
+    """The ``mae-study report`` command for the study ``run`` just ran, with the same ``--out``,
+    ``--tracking-uri`` and ``--experiment``, ``--smoke`` for a smoke run, and its parent run id."""
+    from .interrupts import command_line
+
+    words = ["mae-study", "report", study]
+    if args.out != DEFAULT_OUT:
+        words += ["--out", args.out]
+    if args.tracking_uri:
+        words += ["--tracking-uri", args.tracking_uri]
+    if args.experiment != DEFAULT_EXPERIMENT:
+        words += ["--experiment", args.experiment]
+    if args.smoke:
+        words.append("--smoke")
+    return command_line([*words, "--run", parent_run_id])
+
+
+def ui_command(tracking_uri: str) -> str:
+    """How to look at the runs: MLflow's UI on this machine for a local store, else the server."""
+    from .interrupts import command_line
+
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"open {tracking_uri} in a browser"
+    return command_line(["mlflow", "ui", "--backend-store-uri", tracking_uri, "--host", "127.0.0.1"])
+
+
 def cmd_report(args: argparse.Namespace) -> int:
-    """Reads only the MLflow store: any study that logged runs there can be reported."""
+    """Reads only the MLflow store: any study that logged runs there can be reported. The store
+    is the one ``run --out`` wrote (``--out``'s ``mlflow.db``) unless ``--tracking-uri`` names
+    another; only full runs are read, or with ``--smoke`` only smoke runs."""
     from analysis.report import write_report
 
     if args.paper:
@@ -254,17 +331,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     bad = [f for f in formats if f not in ("png", "pdf", "svg")]
     if bad or not formats:
         raise UsageError(f"--format {args.format}: allowed formats are png, pdf, svg")
-    tracking_uri = args.tracking_uri or _default_uri(Path.cwd())
-    from .tracking import missing_sqlite_store
+    root = Path(args.out)
+    tracking_uri = args.tracking_uri or _default_uri(root)
+    from . import tracking
 
-    store = missing_sqlite_store(tracking_uri)
+    store = tracking.missing_sqlite_store(tracking_uri)
     if store is not None:
-        raise UsageError(f"no runs of study {args.study}: no MLflow store at {store} "
-                         f"(run `mae-study run {args.study}` first, or pass --tracking-uri)")
-    out = writable_folder(Path(args.out or Path("mae_runs") / args.study / "report"), "--out")
+        older = Path(tracking.STORE_FILE).resolve()  # where run put the store before --out held it
+        hint = (f"; the store in this folder is read with --tracking-uri sqlite:///{older}"
+                if older.is_file() and older != store else "")
+        raise UsageError(f"no runs of study {args.study}: no MLflow store at {store} (--out is the folder "
+                         f"`mae-study run --out` wrote, the report's own folder is --report-dir){hint}")
+    # made by write_report once the run is found: a refused report leaves no folder behind
+    out = Path(args.report_dir) if args.report_dir else study_folder(root, args.study, args.smoke) / "report"
     index = write_report(args.study, tracking_uri, out, formats=formats, experiment=args.experiment,
-                         parent_run_id=args.run)
+                         parent_run_id=args.run, smoke=args.smoke)
     print(f"report: {index}")
+    print(f"next: {ui_command(tracking_uri)}", file=sys.stderr)
     return 0
 
 
@@ -281,7 +364,7 @@ def _report_paper(args: argparse.Namespace) -> int:
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
     if not formats or any(f not in ("png", "pdf", "svg") for f in formats):
         raise UsageError(f"--format {args.format}: allowed formats are png, pdf, svg")
-    sources = parse_sources(args.paper, args.tracking_uri or _default_uri(Path.cwd()))
+    sources = parse_sources(args.paper, args.tracking_uri or _default_uri(Path(args.out)))
     from .tracking import missing_sqlite_store
 
     for source in sources:
@@ -289,7 +372,7 @@ def _report_paper(args: argparse.Namespace) -> int:
         if store is not None:
             raise UsageError(f"no runs of study {source.study}: no MLflow store at {store} "
                              f"(give it as {source.study}=STORE, or pass --tracking-uri)")
-    out = writable_folder(Path(args.out or Path("mae_runs") / "paper"), "--out")
+    out = writable_folder(Path(args.report_dir) if args.report_dir else Path(args.out) / "paper", "--report-dir")
     paths = write_paper(sources, out, formats=formats, experiment=args.experiment)
     print("paper: " + ", ".join(str(p) for p in paths))
     print(f"next: cd {shlex.quote(str(out))} && pdflatex paper_preview.tex")
@@ -435,7 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--config", help="YAML file of config keys (mae-study config --yaml writes one)")
     train.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite file in --out)")
     train.add_argument("--experiment", default="mae-study", help="MLflow experiment name")
-    train.add_argument("--out", default=".", help="folder for mlflow.db and checkpoints (default: .)")
+    train.add_argument("--out", default=".",
+                       help="folder for the MLflow store (mlflow.db, mlartifacts/) and checkpoints/ (default: .)")
     train.add_argument("--resume", action="store_true",
                        help="continue the interrupted run from its checkpoint in --out/checkpoints")
     train.add_argument("--smoke", action="store_true",
@@ -458,10 +542,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--gpus-per-trial", type=float,
                      help="a GPU's share per trial, e.g. 0.125 packs 8 trials on one GPU (default: "
                           "0 without CUDA; with CUDA, one GPU shared by the trials that fit the CPUs, at most 8)")
-    run.add_argument("--out", default="mae_runs", help="folder for Ray state (default: mae_runs)")
-    run.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite file in .)")
-    run.add_argument("--experiment", default="mae-study", help="MLflow experiment name")
-    run.add_argument("overrides", nargs="*", metavar="key=value", help="config keys; seeds=0,1,2")
+    run.add_argument("--out", default=DEFAULT_OUT,
+                     help="the output folder: the MLflow store (mlflow.db, mlartifacts/) unless --tracking-uri, "
+                          "and STUDY[-smoke]/ with study.json, Ray's state and the report (default: mae_runs)")
+    run.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///<abs --out>/mlflow.db)")
+    run.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment name")
+    run.add_argument("--search", choices=("random", "optuna"),
+                     help="sample keys from ranges (key=loguniform:LOW:HIGH, uniform:LOW:HIGH, "
+                          "randint:LOW:HIGH, choice:A,B,...) for every arm of the grid; each sample runs "
+                          "once per seed. random: Tune's random search, the same samples for every arm; "
+                          "optuna: an Optuna TPE study per arm (pip install 'mae-study[optuna]')")
+    run.add_argument("--samples", type=int, help=f"sampled configs per arm of the grid (default {DEFAULT_SAMPLES})")
+    run.add_argument("--metric", help=f"what --search optimises and ranks by (default {DEFAULT_METRIC}; "
+                                      "its direction comes from the metric table)")
+    run.add_argument("overrides", nargs="*", metavar="key=value",
+                     help="config keys; key=v1,v2 makes an axis; key=KIND:ARGS a range for --search; seeds=0,1,2")
     run.set_defaults(handler=cmd_run)
 
     bench = commands.add_parser("bench", help="speed measurements against a peer, as ratios")
@@ -489,13 +584,18 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("study", nargs="?")
     report.add_argument("--paper", nargs="+", metavar="STUDY[=STORE]",
                         help="MAE Table 1 with a sub-table per study (in this order) and Figure 5; "
-                             "STORE: a tracking URI, an mlflow.db or its folder (default: --tracking-uri)")
-    report.add_argument("--out", help="folder (default: mae_runs/STUDY/report)")
+                             "STORE: a tracking URI, an mlflow.db or its folder (default: --out's mlflow.db)")
+    report.add_argument("--out", default=DEFAULT_OUT,
+                        help="the study's output folder, as given to run: its mlflow.db is read (default: mae_runs)")
+    report.add_argument("--report-dir", help="where the report goes (default: OUT/STUDY/report, "
+                                             "OUT/STUDY-smoke/report with --smoke, OUT/paper with --paper)")
+    report.add_argument("--smoke", action="store_true",
+                        help="report a smoke run (without it only full runs are read; a smoke report says so)")
     report.add_argument("--format", default="png,pdf", help="figure formats: png,pdf,svg")
-    report.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite file in .)")
-    report.add_argument("--experiment", default="mae-study")
+    report.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///<abs --out>/mlflow.db)")
+    report.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
     report.add_argument("--run", metavar="PARENT_RUN_ID",
-                        help="report this run of the study (default: its newest)")
+                        help="report this run of the study (default: its newest full run, or smoke run with --smoke)")
     report.set_defaults(handler=cmd_report)
     return parser
 
@@ -522,12 +622,21 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
+def quiet_libraries() -> None:
+    """No library chatter on the console, unless the user set these variables: Ray's usage
+    statistics and its token-authentication notice, MLflow's schema creation lines. Set before
+    Ray or MLflow start, so Ray's workers inherit them."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local Ray of our own: no token, no notice
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a report's downloads
     # MLflow sets its own level on import; the variable keeps schema-creation chatter away
     # from this process and from Ray's workers, which inherit it.
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    quiet_libraries()
     try:
         parser = build_parser()
         args = _parse(parser, argv)

@@ -1,19 +1,22 @@
 """A trial's MLflow run from birth to end: which run it is, fresh or resumed, how it ended.
 
 * identity: a ``train`` run is found through the run id its checkpoint carries; a study's
-  trial through its cell id under the study's parent run; otherwise a new run is created;
+  trial through its cell id under the study's parent run; otherwise a new run is created
+  (:func:`opened`: MLflow's fluent ``start_run`` with ``parent_run_id``, or by ``run_id``);
 * fresh or resume: :func:`checkpoint_for_train` decides what an existing checkpoint means;
 * the end: FINISHED, FAILED (diverged, with step and reason) or KILLED (interrupted, with the
   signal), and a reopened run forgets that it was interrupted (``resumed_after`` keeps it);
 * checkpoints between Ray Tune and the trial's own folder (:class:`RayCheckpoints`).
 
-Plain MLflow client calls only; Ray is imported where a Ray trial needs it.
+MLflow client calls, and the fluent active run of a working trial; Ray is imported where a Ray trial needs it.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,31 +35,42 @@ CHECKPOINT_FILES = ("checkpoint.pt", "checkpoint.pt.prev")
 # ------------------------------------------------------------------------------ identity
 
 
-def run_for_checkpoint(client: MlflowClient, checkpoint_path: Path | None, *, tracking_uri: str,
-                       experiment: str, run_name: str, parent_run_id: str | None = None,
-                       tags: dict[str, str] | None = None) -> str:
-    """The run whose id the checkpoint at ``checkpoint_path`` carries, or a new one."""
-    if checkpoint_path is not None:
-        state, _ = load_latest_checkpoint(checkpoint_path)
-        run_id = (state or {}).get("extra", {}).get("mlflow_run_id")
-        if run_id:
-            return run_id
-    experiment_id = tracking.ensure_experiment(client, experiment, tracking_uri)
-    return tracking.create_run(client, experiment_id, run_name, parent_run_id, tags)
+def run_in_checkpoint(checkpoint_path: Path | None) -> str | None:
+    """The MLflow run id the checkpoint at ``checkpoint_path`` carries (None: no checkpoint)."""
+    if checkpoint_path is None:
+        return None
+    state, _ = load_latest_checkpoint(checkpoint_path)
+    return (state or {}).get("extra", {}).get("mlflow_run_id") or None
 
 
 def run_for_cell(client: MlflowClient, *, tracking_uri: str, experiment: str, parent_run_id: str,
-                 cell: str, run_name: str, tags: dict[str, str]) -> str:
-    """The one MLflow run of grid cell ``cell`` under the study's parent run."""
+                 cell: str) -> str | None:
+    """The MLflow run of grid cell ``cell`` under the study's parent run, if one was created
+    (a retried or resumed trial reopens it; otherwise :func:`opened` creates it)."""
     experiment_id = tracking.ensure_experiment(client, experiment, tracking_uri)
     found = client.search_runs(
         [experiment_id],
         filter_string=f"tags.cell_id = '{cell}' and tags.`mlflow.parentRunId` = '{parent_run_id}'",
         max_results=1,
     )
-    if found:
-        return found[0].info.run_id
-    return tracking.create_run(client, experiment_id, run_name, parent_run_id, {**tags, "cell_id": cell})
+    return found[0].info.run_id if found else None
+
+
+@contextmanager
+def opened(client: MlflowClient, run_id: str | None, *, tracking_uri: str, experiment: str,
+           run_name: str, parent_run_id: str | None = None, tags: dict[str, str] | None = None,
+           system_metrics: bool = True) -> Iterator[str]:
+    """The trial's run as MLflow's active run for the block, and its id: ``run_id`` reopened
+    (RUNNING again, an earlier ``interrupted`` tag kept as ``resumed_after``), or a new run
+    (``mlflow.start_run(parent_run_id=...)``) named ``run_name`` with ``tags``."""
+    if run_id is not None:
+        tracking.reopen(client, run_id)
+        experiment_id = None
+    else:
+        experiment_id = tracking.ensure_experiment(client, experiment, tracking_uri)
+    with tracking.fluent_run(tracking_uri, run_id=run_id, experiment_id=experiment_id, run_name=run_name,
+                             parent_run_id=parent_run_id, tags=tags, system_metrics=system_metrics) as active:
+        yield active
 
 
 # ------------------------------------------------------------------------- fresh or resume
@@ -101,11 +115,6 @@ def _unfinished(state: dict[str, Any], steps: int, tracking_uri: str) -> bool:
 
 
 # --------------------------------------------------------------------------------- the end
-
-
-def start(client: MlflowClient, run_id: str) -> None:
-    """RUNNING again; an earlier attempt's ``interrupted`` tag becomes ``resumed_after``."""
-    tracking.reopen(client, run_id)
 
 
 def diverged(client: MlflowClient, run_id: str, step: int, reason: str) -> None:

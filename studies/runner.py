@@ -36,7 +36,9 @@ from mae_core.train import prepare_data
 
 from . import lifecycle, tracking
 from .lifecycle import RayCheckpoints
-from .study import Study, cell_id
+from .search import SearchSpec
+from .study import Study, cell_id, trial_keys, without_keys, zip_space_key
+from .summary import log_study_summary
 
 STATE_FILE = "study.json"  # in the study's output folder: parent run id, Ray folder, grid
 
@@ -76,27 +78,83 @@ class StudyPlan:
     axes: dict[str, list[Any]]  # the grid_search axes, seeds included as "seed"
     cells: list[dict[str, Any]]
     reference: dict[str, Any]  # the reference cell of this grid (Study.reference_cell)
+    zipped: tuple[dict[str, list[Any]], ...] = ()  # groups of keys that vary together (Study.grid_zipped)
+    search: SearchSpec | None = None  # keys sampled for every arm of the grid (studies.search)
+
+    @property
+    def num_trials(self) -> int:
+        """Trials Ray runs: every cell, times the samples of a search."""
+        return len(self.cells) * (self.search.samples if self.search is not None else 1)
+
+    @property
+    def varied(self) -> list[str]:
+        """Every key a trial's cell varies (axes, zipped keys, searched keys), seed last."""
+        keys = [a for a in self.axes if a != "seed"] + [k for group in self.zipped for k in group]
+        return keys + list(self.search.space if self.search else ()) + ["seed"]
 
 
-def plan_study(study: Study, *, smoke: bool, overrides: dict[str, Any]) -> StudyPlan:
-    """Every cell validated and its data loadable, or a ConfigError/DataError/NormDomainError."""
+def plan_study(study: Study, *, smoke: bool, overrides: dict[str, Any],
+               search: SearchSpec | None = None) -> StudyPlan:
+    """Every cell validated and its data loadable, or a ConfigError/DataError/NormDomainError;
+    with ``search``, its ranges checked with every arm (a searched key is no longer an axis)."""
     overrides = dict(overrides)  # the caller's dict is left as it was
     seeds = overrides.pop("seeds", None)
     seed_values = tuple(int(s) for s in str(seeds).split(",")) if seeds is not None else None
+    if search is not None:
+        study = without_keys(study, set(search.space))
     cells = study.cells(smoke=smoke, overrides=overrides, seeds=seed_values)
     configs = [Config(**cell) for cell in cells]
+    if search is not None:
+        from .search import check_space
+
+        configs += check_space(search, cells)
+    check_data(configs)
+    axes = study.grid_axes(smoke, overrides)
+    zipped = study.grid_zipped(smoke, overrides)
+    axes["seed"] = sorted({cell["seed"] for cell in cells})
+    varied = set(axes).union(*zipped)
+    base = {k: v for k, v in cells[0].items() if k not in varied}
+    return StudyPlan(study=study, base=base, axes=axes, cells=cells,
+                     reference=study.reference_cell(smoke, overrides), zipped=zipped, search=search)
+
+
+def check_data(configs: list[Config]) -> None:
+    """Load each distinct dataset the configs name once: data problems surface here, not
+    inside a Ray worker."""
     checked: set[tuple] = set()
-    for config in configs:  # data problems surface here, not inside a Ray worker
+    for config in configs:
         key = (config.dataset, config.seed, config.target, config.train_limit, config.test_limit,
                config.resolved_patch_size)
         if key not in checked:
             prepare_data(config)
             checked.add(key)
-    axes = study.grid_axes(smoke, overrides)
-    axes["seed"] = sorted({cell["seed"] for cell in cells})
-    base = {k: v for k, v in cells[0].items() if k not in axes}
-    return StudyPlan(study=study, base=base, axes=axes, cells=cells,
-                     reference=study.reference_cell(smoke, overrides))
+
+
+def tune_space(plan: StudyPlan) -> tuple[dict[str, Any], Any, int]:
+    """(param_space, search_alg, num_samples) of the Tuner: a grid_search per axis and zipped
+    group (a row of its keys per value), or a search over that grid (:func:`studies.search.tune_search`)."""
+    from ray import tune
+
+    space = {axis: tune.grid_search(values) for axis, values in plan.axes.items()}
+    for group in plan.zipped:
+        space[zip_space_key(group)] = tune.grid_search([dict(zip(group, row)) for row in zip(*group.values())])
+    if plan.search is None:
+        return space, None, 1
+    from .search import tune_search
+
+    grid_keys = [a for a in plan.axes if a != "seed"] + [k for group in plan.zipped for k in group]
+    arms = list({cell_id(a): a for a in ({k: c[k] for k in grid_keys} for c in plan.cells)}.values())
+    return tune_search(plan.search, space, arms, plan.axes["seed"])
+
+
+def plan_tags(plan: StudyPlan) -> dict[str, str]:
+    """The parent run's tags for zipped groups and a search (none for a plain grid)."""
+    tags = {}
+    if plan.zipped:
+        tags["zip"] = json.dumps(plan.zipped, default=str)
+    if plan.search is not None:
+        tags["search"] = plan.search.tag()
+    return tags
 
 
 # --------------------------------------------------------------------------- preflight
@@ -184,6 +242,10 @@ def check_resume(plan: StudyPlan, options: RunOptions) -> dict[str, Any] | None:
             f"--resume: the grid differs from the interrupted study in {options.out_dir} "
             "(same study, overrides and --smoke are required); run without --resume to start anew"
         )
+    searched = plan.search.describe() if plan.search is not None else None
+    if state.get("search") != searched:
+        raise StudySetupError(f"--resume: the search differs from the interrupted study in {options.out_dir} "
+                              "(same --search, --samples, --metric and ranges are required)")
     # Interrupted before Ray wrote anything: the grid starts in Ray afresh, under the same
     # parent run (cells whose child run already FINISHED are not trained again).
     state["ray_restorable"] = Tuner.can_restore(state["ray_path"])
@@ -194,8 +256,10 @@ def check_resume(plan: StudyPlan, options: RunOptions) -> dict[str, Any] | None:
 
 
 def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name: str,
-              tracking_uri: str, experiment: str, parent_run_id: str) -> None:
-    """One Ray Tune trial: a grid cell trained, evaluated and logged to its own MLflow run."""
+              tracking_uri: str, experiment: str, parent_run_id: str, search: bool = False) -> None:
+    """One Ray Tune trial: a grid cell trained, evaluated and logged to its own MLflow run.
+    In a search, a trial's run is found by its Ray trial id as well (two samples may draw the
+    same values, and each is its own trial)."""
     import ray
     import torch
     from mlflow.tracking import MlflowClient
@@ -207,22 +271,21 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
 
     # Ray sets OMP_NUM_THREADS to the trial's CPU share; torch must use the same number.
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-    keys = {**base, **trial_config}
+    keys = {**base, **trial_keys(trial_config)}
     config = Config(**keys)
     client = MlflowClient(tracking_uri)
+    identity = {**keys, "ray_trial_id": tune.get_context().get_trial_id()} if search else keys
+    cell = cell_id(identity)
     run_id = lifecycle.run_for_cell(client, tracking_uri=tracking_uri, experiment=experiment,
-                                    parent_run_id=parent_run_id, cell=cell_id(keys),
-                                    run_name=trial_run_name(config), tags={"study": study_name})
-    run = client.get_run(run_id)
-    if run.info.status == "FINISHED":
+                                    parent_run_id=parent_run_id, cell=cell)
+    if run_id is not None and (run := client.get_run(run_id)).info.status == "FINISHED":
         # The driver died after this trial finished but before Ray recorded it: do not run it again.
         tune.report({"step": config.steps, "diverged": 0.0, **run.data.metrics})
         return
     context = ray.get_runtime_context()
-    tracking.set_tags(client, run_id, {"ray_node_id": context.get_node_id(),
-                                       "ray_gpu_ids": ",".join(context.get_accelerator_ids().get("GPU", [])),
-                                       "ray_trial_id": tune.get_context().get_trial_id(),
-                                       "ray_worker_pid": os.getpid()})
+    tags = {"study": study_name, "cell_id": cell, "ray_node_id": context.get_node_id(),
+            "ray_gpu_ids": ",".join(context.get_accelerator_ids().get("GPU", [])),
+            "ray_trial_id": tune.get_context().get_trial_id(), "ray_worker_pid": str(os.getpid())}
     checkpoints = RayCheckpoints()
     checkpoints.restore()
     last = {"train_loss": float("nan")}
@@ -233,7 +296,8 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
 
     try:
         outcome = run_trial(config, prepare_data(config), tracking_uri=tracking_uri, experiment=experiment,
-                            run_id=run_id, checkpoint_path=checkpoints.path,
+                            run_id=run_id, run_name=trial_run_name(config), parent_run_id=parent_run_id,
+                            tags=tags, checkpoint_path=checkpoints.path,
                             on_progress=lambda step, metrics: last.update(metrics), on_checkpoint=on_checkpoint)
     except NonFiniteError as error:
         # Fails alone, with its reason in MLflow (run_trial marked it); Ray must not retry it.
@@ -320,6 +384,8 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None, interruption=
         raise StudyInterrupted(state, reason)
     errored = sum(1 for r in results if r.error is not None)
     diverged = sum(1 for r in results if (r.metrics or {}).get("diverged") == 1.0)
+    log_study_summary(client, state["parent_run_id"], experiment_id, plan.cells,
+                      [axis for axis in plan.axes if axis != "seed"], plan.reference)
     client.set_terminated(state["parent_run_id"], "FAILED" if errored else "FINISHED")
     state.pop("interrupted", None)
     state.update(trials=len(results), errored=errored, diverged=diverged, complete=errored == 0)
@@ -331,17 +397,18 @@ def _create_parent(client, experiment_id: str, plan: StudyPlan, options: RunOpti
     """The study's parent MLflow run and its saved state (written before Ray starts)."""
     name = f"{plan.study.name}{'-smoke' if options.smoke else ''}-{time.strftime('%Y%m%d-%H%M%S')}"
     parent = tracking.create_run(client, experiment_id, name, tags={
-        "study": plan.study.name, "study_axes": json.dumps([a for a in plan.axes if a != "seed"]),
+        "study": plan.study.name, "study_axes": json.dumps(plan.varied[:-1]),
         "grid": json.dumps(plan.axes, default=str), "smoke": str(options.smoke),
         "ray_address": options.address or "local", "paper": plan.study.paper,
         # the row every other row is compared with; a report reads it from here (MLflow alone)
-        "reference": json.dumps(plan.reference, default=str),
+        "reference": json.dumps(plan.reference, default=str), **plan_tags(plan),
         # provenance a report states: the exact command and the driver's machine
         "machine": tracking.machine(), **({"command": options.command} if options.command else {}),
     })
     state = {"study": plan.study.name, "parent_run_id": parent, "name": name,
              "ray_path": str(options.out_dir / "ray" / name),
-             "cells": sorted(cell_id(c) for c in plan.cells), "axes": plan.axes, "complete": False}
+             "cells": sorted(cell_id(c) for c in plan.cells), "axes": plan.axes, "complete": False,
+             "search": plan.search.describe() if plan.search is not None else None}
     save_state(options.out_dir, state)
     return state
 
@@ -356,7 +423,7 @@ def _fit(plan: StudyPlan, options: RunOptions, state: dict[str, Any], progress, 
 
     fn = tune.with_parameters(
         trainable, base=plan.base, study_name=plan.study.name, tracking_uri=options.tracking_uri,
-        experiment=options.experiment, parent_run_id=state["parent_run_id"],
+        experiment=options.experiment, parent_run_id=state["parent_run_id"], search=plan.search is not None,
     )
     fn = tune.with_resources(fn, {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial})
     callbacks = [RayStopWatch(), *([progress] if progress is not None else [])]
@@ -372,12 +439,14 @@ def _fit(plan: StudyPlan, options: RunOptions, state: dict[str, Any], progress, 
             if options.resume and state.get("ray_restorable", True):
                 tuner = tune.Tuner.restore(state["ray_path"], fn, resume_unfinished=True, resume_errored=True)
             else:
+                param_space, search_alg, num_samples = tune_space(plan)
                 tuner = tune.Tuner(
                     fn,
-                    param_space={axis: tune.grid_search(values) for axis, values in plan.axes.items()},
+                    param_space=param_space,
                     # reuse_actors: a trial process imports torch, MLflow and scikit-learn once, not per trial
                     tune_config=tune.TuneConfig(max_concurrent_trials=options.max_concurrent, reuse_actors=True,
-                                                scheduler=build_scheduler(options.scheduler, plan)),
+                                                scheduler=build_scheduler(options.scheduler, plan),
+                                                search_alg=search_alg, num_samples=num_samples),
                     run_config=tune.RunConfig(
                         name=state["name"], storage_path=str(options.out_dir / "ray"),
                         failure_config=tune.FailureConfig(max_failures=options.max_failures),

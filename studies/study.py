@@ -1,8 +1,10 @@
 """What a study is: a base config, the axes it varies, the seeds, a smoke size and a reference row.
 
 A study states only the keys that differ from :class:`~mae_core.config.Config`'s defaults
-(house style: defaults live in one typed place). Its grid is the full factorial of its axes
-times its seeds; every cell is one trial and one MLflow child run.
+(house style: defaults live in one typed place). Its grid is the full factorial of its axes,
+times one row of each *zipped* group (keys that vary together: ``encoder_width: [32, 64]``
+with ``encoder_heads: [2, 4]`` is two cells, not four), times its seeds; every cell is one
+trial and one MLflow child run.
 
 The *reference* is the cell every other cell is compared with, paired by seed (the spec's or
 the paper's default). Documented default, used when a study names none or when the grid that
@@ -13,13 +15,13 @@ whose axis values equal the Config defaults, else the first cell of the grid.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mae_core.config import EVAL_PREFIX, Config, parse_value
-from mae_core.grid import default_reference, find_cell, typed_value
+from mae_core.errors import UserError
+from mae_core.grid import Zipped, default_reference, find_cell, grid_cells, typed_value
 
 # Every study's trials: exact masked risk where |V_k| is at most 500, Monte Carlo with 64 masks
 # per test image (and its standard error) above, so evaluation stays a few seconds per trial.
@@ -35,6 +37,10 @@ SMOKE_EVAL = {"eval.linear_cs": "1.0", "eval.knn_ks": "5", "eval.fewshot_draws":
 SMOKE_FINETUNE_STEPS = 20  # a study that fine-tunes does so for at most this many steps in smoke mode
 
 
+class GridError(UserError):
+    """An override or a search that does not fit the study's grid (one line naming the key)."""
+
+
 @dataclass(frozen=True)
 class Study:
     name: str
@@ -48,45 +54,73 @@ class Study:
     doc: str = ""
     # The cell every other row is compared with (axis -> value); None: default_reference(axes)
     reference: dict[str, Any] | None = None
+    zipped: Zipped = ()  # groups of keys that vary together (equal lengths), each a factor of the grid
+    smoke_zipped: Zipped | None = None  # the zipped groups for --smoke, if smaller
+    # A study file's ``search`` block (space, algorithm, samples, metric): studies.search.make_search reads it
+    search: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.reference is None:
             return
-        if set(self.reference) != set(self.axes):
+        keys = set(self.axes).union(*self.zipped)
+        if set(self.reference) != keys:
             raise ValueError(f"study {self.name}: reference keys {sorted(self.reference)} "
-                             f"are not its axes {sorted(self.axes)}")
-        if find_cell(self.reference, self.axes) is None:
-            raise ValueError(f"study {self.name}: reference {self.reference} is not a cell of {self.axes}")
+                             f"are not its axes {sorted(keys)}")
+        if find_cell(self.reference, self.axes, self.zipped) is None:
+            grid = {**self.axes, **{k: v for group in self.zipped for k, v in group.items()}}
+            raise ValueError(f"study {self.name}: reference {self.reference} is not a cell of {grid}")
 
     def reference_cell(self, smoke: bool = False, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         """The reference cell of the grid that runs: :attr:`reference` where that grid holds
         it, else :func:`default_reference` of that grid; values typed as Config holds them."""
-        axes = self.grid_axes(smoke, overrides)
-        named = find_cell(self.reference, axes) if self.reference is not None else None
-        cell = named if named is not None else default_reference(axes)
+        axes, zipped = self.grid_axes(smoke, overrides), self.grid_zipped(smoke, overrides)
+        named = find_cell(self.reference, axes, zipped) if self.reference is not None else None
+        cell = named if named is not None else default_reference(axes, zipped)
         return {key: typed_value(key, value) for key, value in cell.items()}
 
     def grid_axes(self, smoke: bool = False, overrides: dict[str, Any] | None = None) -> dict[str, list[Any]]:
         """The axes of the grid. An override of an axis key (``mask_ratio=0.5,0.75``) replaces its
-        values; any other key given several values (``decoder_depth=1,4``) becomes a new axis."""
+        values; any other key given several values (``decoder_depth=1,4``) becomes a new axis.
+        A zipped key is not an axis: :meth:`grid_zipped` takes its overrides."""
         axes = dict((self.smoke_axes or self.axes) if smoke else self.axes)
+        zipped_keys = set().union(*self._zipped(smoke))
         for key, value in (overrides or {}).items():
-            if key in axes or is_axis_override(value):
-                axes[key] = [parse_value(v.strip()) for v in str(value).split(",")]
+            if key not in zipped_keys and (key in axes or is_axis_override(value)):
+                axes[key] = override_values(value)
         return axes
+
+    def _zipped(self, smoke: bool) -> Zipped:
+        return self.smoke_zipped if smoke and self.smoke_zipped is not None else self.zipped
+
+    def grid_zipped(self, smoke: bool = False, overrides: dict[str, Any] | None = None) -> Zipped:
+        """The zipped groups of the grid. An override of a zipped key replaces its column: one
+        value (``encoder_width=64``) for every row, or as many values as the group has rows;
+        any other count is a GridError naming the key and its partners."""
+        groups = []
+        for group in self._zipped(smoke):
+            group, rows = dict(group), len(next(iter(group.values())))
+            for key in group.keys() & (overrides or {}).keys():
+                values = override_values(overrides[key])
+                if len(values) not in (1, rows):
+                    partners = ", ".join(k for k in group if k != key)
+                    raise GridError(f"{key}={overrides[key]}: {key} is zipped with {partners} "
+                                     f"({rows} values each); give one value or {rows}")
+                group[key] = values * rows if len(values) == 1 else values
+            groups.append(group)
+        return tuple(groups)
 
     def cells(self, *, smoke: bool = False, overrides: dict[str, Any] | None = None,
               seeds: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
         """Every trial's config keys: base, then overrides, then the axis values and the seed."""
-        axes = self.grid_axes(smoke, overrides)
-        fixed = {k: v for k, v in (overrides or {}).items() if k not in axes}
+        axes, zipped = self.grid_axes(smoke, overrides), self.grid_zipped(smoke, overrides)
+        varied = set(axes).union(*zipped)
+        fixed = {k: v for k, v in (overrides or {}).items() if k not in varied}
         base = {**STUDY_DEFAULTS, **(SMOKE_EVAL if smoke else {}), **self.base, **self.eval_keys(smoke),
                 **(SMOKE if smoke else {}), **(self.smoke if smoke else {}), **fixed}
-        names = list(axes)
         cells = []
-        for values in itertools.product(*(axes[name] for name in names)):
+        for cell in grid_cells(axes, zipped):
             for seed in seeds if seeds is not None else (self.seeds[:2] if smoke else self.seeds):
-                cells.append({**base, **dict(zip(names, values)), "seed": seed})
+                cells.append({**base, **cell, "seed": seed})
         return cells
 
     def eval_keys(self, smoke: bool = False) -> dict[str, Any]:
@@ -117,7 +151,47 @@ def is_axis_override(value: Any) -> bool:
     return isinstance(value, str) and "," in value
 
 
+def override_values(value: Any) -> list[Any]:
+    """The values of ``key=v1,v2`` (one value without a comma), parsed as the CLI parses them."""
+    return [parse_value(v.strip()) for v in str(value).split(",")]
+
+
 def cell_id(keys: dict[str, Any]) -> str:
     """A stable short id for one grid cell (the same keys give the same id across resumes)."""
     text = json.dumps({k: keys[k] for k in sorted(keys)}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+ZIP_PREFIX = "zip:"  # a zipped group's name in Ray Tune's param space: "zip:encoder_width+encoder_heads"
+
+
+def zip_space_key(group: dict[str, list[Any]]) -> str:
+    return ZIP_PREFIX + "+".join(group)
+
+
+def trial_keys(trial_config: dict[str, Any]) -> dict[str, Any]:
+    """A Ray trial's config as config keys: a zipped group's row (one dict under its
+    :func:`zip_space_key`) becomes its keys."""
+    keys: dict[str, Any] = {}
+    for key, value in trial_config.items():
+        if key.startswith(ZIP_PREFIX) and isinstance(value, dict):
+            keys.update(value)
+        else:
+            keys[key] = value
+    return keys
+
+
+def without_keys(study: Study, keys: set[str]) -> Study:
+    """``study`` with ``keys`` no longer axes (a search samples them instead); a zipped key
+    cannot leave its group (GridError naming it)."""
+    for group in (*study.zipped, *(study.smoke_zipped or ())):
+        for key in keys & set(group):
+            raise GridError(f"{key}: zipped with {', '.join(k for k in group if k != key)}; "
+                             "a zipped key cannot be searched")
+
+    def drop(axes):
+        return None if axes is None else {k: v for k, v in axes.items() if k not in keys}
+
+    reference = drop(study.reference)
+    return replace(study, axes=drop(study.axes), smoke_axes=drop(study.smoke_axes),
+                   reference=reference if reference else None)

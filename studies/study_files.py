@@ -5,11 +5,19 @@
     doc: what the study asks            # optional
     base: {dataset: digits, steps: 1000}            # keys that differ from the defaults
     axes: {decoder_depth: [1, 4], mask_ratio: [0.5, 0.75]}   # full factorial
+    zip: {encoder_width: [32, 64], encoder_heads: [2, 4]}    # keys that vary together (or a list of such groups)
     seeds: [0, 1, 2, 3, 4]
     smoke: {steps: 20}                  # extra keys for --smoke (on top of the usual smoke sizes)
     smoke_axes: {decoder_depth: [1, 4], mask_ratio: [0.75]}  # a smaller grid for --smoke
+    smoke_zip: {encoder_width: [32], encoder_heads: [2]}     # smaller zipped groups for --smoke
     eval: {finetune_steps: 200}         # eval.* keys: probes and fine-tuning
-    reference: {decoder_depth: 4, mask_ratio: 0.75}          # the row the others are compared with
+    reference: {decoder_depth: 4, mask_ratio: 0.75, encoder_width: 64, encoder_heads: 4}  # the row the others are compared with
+    search: {space: {lr: "loguniform:1e-4:1e-2"}, samples: 8, algorithm: random, metric: probe_linear_acc}
+
+The grid is the full factorial of ``axes`` times one row of each ``zip`` group (a group's keys
+have equally many values and vary together), times ``seeds``; ``axes`` may be left out when
+``zip`` or ``search`` gives the study something to vary. ``search`` samples keys from ranges
+for every arm of that grid (:mod:`studies.search`).
 
 A file is validated completely when it is read, before Ray starts or a run exists: its shape
 (pydantic), then every cell of its full and smoke grids as a :class:`~mae_core.config.Config`.
@@ -19,14 +27,15 @@ Any problem is one line naming the file, the key and what is allowed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mae_core.config import ConfigError
-from mae_core.errors import UserError
+from mae_core.errors import UserError, first_problem
 from mae_core.files import read_yaml_mapping
 
+from .search import DEFAULT_METRIC, DEFAULT_SAMPLES, SearchError, check_space, make_search
 from .study import Study
 
 BUILTIN_FOLDER = Path(__file__).resolve().parent / "builtin"
@@ -35,6 +44,17 @@ SUFFIXES = (".yaml", ".yml")
 
 class StudyFileError(UserError):
     """A study file that cannot be used: one line naming the file and the key."""
+
+
+class SearchBlock(BaseModel):
+    """A study file's ``search``: ranges sampled for every arm (see :mod:`studies.search`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    space: dict[str, str | list[Any]] = Field(min_length=1)  # key -> "loguniform:1e-4:1e-2"; a list is a choice
+    algorithm: Literal["random", "optuna"] = "random"
+    samples: int = Field(DEFAULT_SAMPLES, ge=1)
+    metric: str = DEFAULT_METRIC
 
 
 class StudyFile(BaseModel):
@@ -46,22 +66,29 @@ class StudyFile(BaseModel):
     paper: str = ""
     doc: str = ""
     base: dict[str, Any] = {}
-    axes: dict[str, list[Any]]
+    axes: dict[str, list[Any]] | None = None
+    zip: dict[str, list[Any]] | list[dict[str, list[Any]]] | None = None
     seeds: list[int] = Field([0, 1, 2, 3, 4], min_length=1)
     smoke: dict[str, Any] = {}
     smoke_axes: dict[str, list[Any]] | None = None
+    smoke_zip: dict[str, list[Any]] | list[dict[str, list[Any]]] | None = None
     eval: dict[str, Any] = {}
     reference: dict[str, Any] | None = None
+    search: SearchBlock | None = None
 
 
 def _one_line(error: ValidationError) -> str:
-    first = error.errors()[0]
-    key = ".".join(str(part) for part in first["loc"])
-    if first["type"] == "extra_forbidden":
-        return f"unknown key {key!r}; allowed: {', '.join(StudyFile.model_fields)}"
-    if first["type"] == "missing":
+    key, kind, message, _ = first_problem(error)
+    top = key.split(".")[0]
+    if top in ("zip", "smoke_zip") and kind != "missing":
+        return (f"{top}: a mapping of keys to their values (zip: {{encoder_width: [32, 64], "
+                "encoder_heads: [2, 4]}), or a list of such mappings")
+    if kind == "extra_forbidden":
+        model, prefix = (SearchBlock, "search.") if top == "search" else (StudyFile, "")
+        return f"unknown key {key!r}; allowed: {', '.join(prefix + name for name in model.model_fields)}"
+    if kind == "missing":
         return f"{key}: required"
-    return f"{key}: {first['msg'].removeprefix('Value error, ')}"
+    return f"{key}: {message}"
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -74,27 +101,78 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise StudyFileError(str(error)) from None
 
 def load_study_file(path: str | Path) -> Study:
-    """Read, validate and build the study in ``path`` (every cell checked as a Config)."""
+    """Read, validate and build the study in ``path`` (every cell checked as a Config, every
+    search range at its ends with every arm)."""
     path = Path(path)
     try:
         spec = StudyFile(**read_yaml(path))
     except ValidationError as error:
         raise StudyFileError(f"{path}: {_one_line(error)}") from None
-    for where, axes in (("axes", spec.axes), ("smoke_axes", spec.smoke_axes or {})):
-        if where == "axes" and not axes:
-            raise StudyFileError(f"{path}: axes: name at least one key with its values")
+    zipped = _zip_groups(path, "zip", spec.zip)
+    smoke_zipped = _zip_groups(path, "smoke_zip", spec.smoke_zip) if spec.smoke_zip is not None else None
+    search = _search_block(spec.search)
+    if not spec.axes and not zipped and not search:
+        raise StudyFileError(f"{path}: axes: required (name at least one key with its values), "
+                             "unless zip or search varies something")
+    for where, axes in (("axes", spec.axes or {}), ("smoke_axes", spec.smoke_axes or {})):
         for key, values in axes.items():
             if not values:
                 raise StudyFileError(f"{path}: {where}.{key}: an axis needs at least one value")
+    for where, axes, groups in (("zip", spec.axes or {}, zipped),
+                                ("smoke_zip", spec.smoke_axes or spec.axes or {},
+                                 smoke_zipped if smoke_zipped is not None else zipped)):
+        for key in set(axes).intersection(*groups) if groups else ():
+            raise StudyFileError(f"{path}: {where}.{key}: also an axis; a key is an axis or zipped, not both")
+    varied = set(spec.axes or {}).union(*zipped)
+    for key in varied & set((search or {}).get("space", {})):
+        raise StudyFileError(f"{path}: search.space.{key}: also an axis or zipped; a key is varied one way")
     try:
         study = Study(name=spec.name or path.stem, paper=spec.paper, doc=spec.doc or spec.paper,
-                      base=spec.base, axes=spec.axes, seeds=tuple(spec.seeds), smoke=spec.smoke,
-                      smoke_axes=spec.smoke_axes, evaluation=spec.eval, reference=spec.reference)
+                      base=spec.base, axes=spec.axes or {}, seeds=tuple(spec.seeds), smoke=spec.smoke,
+                      smoke_axes=spec.smoke_axes, evaluation=spec.eval, reference=spec.reference,
+                      zipped=zipped, smoke_zipped=smoke_zipped, search=search)
         for smoke in (False, True):
             study.configs(smoke=smoke)
+        if search:
+            searched = make_search(algorithm=None, samples=None, metric=None, ranges={}, file_search=search)
+            for smoke in (False, True):
+                check_space(searched, study.cells(smoke=smoke))
+    except SearchError as error:
+        raise StudyFileError(f"{path}: search: {error}") from None
     except (ConfigError, ValueError) as error:
         raise StudyFileError(f"{path}: {error}") from None
     return study
+
+
+def _zip_groups(path: Path, where: str, value) -> tuple[dict[str, list[Any]], ...]:
+    """The zipped groups of ``zip``/``smoke_zip`` (one mapping or a list of them): each group's
+    keys with equally many values, at least one, and no key in two groups."""
+    groups = [value] if isinstance(value, dict) else list(value or [])
+    seen: set[str] = set()
+    for number, group in enumerate(groups):
+        label = where if isinstance(value, dict) else f"{where}[{number}]"
+        if not group:
+            raise StudyFileError(f"{path}: {label}: name the keys that vary together, each with its values")
+        first_key, first = next(iter(group.items()))
+        for key, values in group.items():
+            if not values:
+                raise StudyFileError(f"{path}: {label}.{key}: a zipped key needs at least one value")
+            if len(values) != len(first):
+                raise StudyFileError(f"{path}: {label}.{key}: {len(values)} values, but {first_key} has "
+                                     f"{len(first)} (zipped keys vary together: give each as many values)")
+            if key in seen:
+                raise StudyFileError(f"{path}: {label}.{key}: in two zipped groups; a key varies with one group")
+            seen.add(key)
+    return tuple(dict(group) for group in groups)
+
+
+def _search_block(block: SearchBlock | None) -> dict[str, Any] | None:
+    """The ``search`` block as :func:`~studies.search.make_search` reads it (a list is a choice)."""
+    if block is None:
+        return None
+    space = {key: value if isinstance(value, str) else "choice:" + ",".join(map(str, value))
+             for key, value in block.space.items()}
+    return {**block.model_dump(), "space": space}
 
 
 def is_study_file(name: str) -> bool:
@@ -106,11 +184,12 @@ def builtin_files() -> list[Path]:
 
 
 def local_files(folder: Path) -> list[Path]:
-    """Study files in ``folder`` (a YAML file with an ``axes`` key), for ``mae-study list``."""
+    """Study files in ``folder`` (a YAML file with an ``axes``, ``zip`` or ``search`` key), for
+    ``mae-study list``."""
     found = []
     for path in sorted(p for suffix in SUFFIXES for p in folder.glob(f"*{suffix}")):
         try:
-            if "axes" in read_yaml(path):
+            if {"axes", "zip", "search"} & set(read_yaml(path)):
                 found.append(path)
         except StudyFileError:
             continue
@@ -119,7 +198,7 @@ def local_files(folder: Path) -> list[Path]:
 
 TEMPLATE = """\
 # A mae-study study file: `mae-study run {name}.yaml` (add --smoke for a seconds-long check).
-# Every key below is optional except axes. Config keys: `mae-study config`.
+# Every key below is optional except something to vary (axes, zip or search). Config keys: `mae-study config`.
 name: {name}
 paper: ""                  # the paper row or figure this mirrors, e.g. "MAE Table 1a"
 doc: |
@@ -130,10 +209,13 @@ base:                      # keys every trial shares (differences from the defau
 axes:                      # full factorial: every combination is one trial per seed
   decoder_depth: [1, 2, 4]
   mask_ratio: [0.5, 0.75]
+# zip:                     # keys that vary together, row by row (equal lengths), times the axes above:
+#   encoder_width: [32, 64]  # two rows (32 with 2 heads, 64 with 4), not four; several groups: a list
+#   encoder_heads: [2, 4]    # of such mappings. A zipped key is in the reference row too.
 seeds: [0, 1, 2, 3, 4]     # paired comparisons need enough seeds; the report states what n resolves
 smoke:                     # extra keys for --smoke (on top of tiny data and steps)
   steps: 20
-smoke_axes:                # a smaller grid for --smoke
+smoke_axes:                # a smaller grid for --smoke (smoke_zip: the same for zip)
   decoder_depth: [1, 4]
   mask_ratio: [0.75]
 eval:                      # probe and fine-tuning settings (eval.* keys)
@@ -141,6 +223,12 @@ eval:                      # probe and fine-tuning settings (eval.* keys)
 reference:                 # the row every other row is compared with, paired by seed
   decoder_depth: 2
   mask_ratio: 0.75
+# search:                  # sample keys from ranges for every arm of the grid above (each sample runs
+#   space:                 # once per seed); the command line's --search/--samples/--metric override it
+#     lr: "loguniform:1e-4:1e-2"   # also uniform:LOW:HIGH, randint:LOW:HIGH (both ends), choice:A,B
+#   algorithm: random      # random (the same samples for every arm) | optuna (pip install 'mae-study[optuna]')
+#   samples: 8             # sampled configs per arm
+#   metric: probe_linear_acc  # what to optimise and rank by (its direction: the metric table)
 """
 
 

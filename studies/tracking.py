@@ -1,18 +1,26 @@
-"""MLflow plumbing: the default store, experiments, and runs reopened by id.
+"""MLflow plumbing: the default store, experiments, runs reopened by id, the fluent active run.
 
-The default store is an SQLite file in the working directory, named by *absolute* path (Ray
-trials run in their own folders and would otherwise each get their own ``mlflow.db``).
-Experiments get an absolute artifact location for the same reason. Every run carries MLflow's
-standard source tags (commit, entry point, source type, user), so the MLflow UI shows them
-where its users look.
+The default store is an SQLite file in the command's ``--out`` folder, named by *absolute* path
+(Ray trials run in their own folders and would otherwise each get their own ``mlflow.db``), with
+the artifacts beside it in ``mlartifacts/``. Experiments get an absolute artifact location for
+the same reason. Every run carries MLflow's standard source tags (commit, entry point, source
+type, user), so the MLflow UI shows them where its users look.
+
+A trial's run is MLflow's *fluent* active run while the trial works (:func:`fluent_run`): created
+with ``mlflow.start_run(parent_run_id=...)`` or reopened with ``mlflow.start_run(run_id=...)``,
+so ``mlflow.log_input`` and ``mlflow.pytorch.log_model`` find it, and with system metrics
+(``system/*``: CPU, memory, disk, network; GPU where pynvml sees one) sampled beside it.
 """
 
 from __future__ import annotations
 
 import getpass
+import logging
 import os
 import platform
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from mlflow.entities import Metric, Param, RunTag, SourceType
@@ -29,11 +37,16 @@ from mlflow.utils.mlflow_tags import (
 DEFAULT_EXPERIMENT = "mae-study"
 SOURCE_NAME = "mae-study"  # the entry point (the console script), whether train, run or a Ray worker
 MAX_PARAM_LENGTH = 6000  # MLflow 3's limit on a param value
+STORE_FILE = "mlflow.db"  # the default store in the command's --out folder
+ARTIFACTS_FOLDER = "mlartifacts"  # beside it
+# Seconds between system-metric samples: a point every few seconds shows a trial's load without
+# loading SQLite (MLflow's own default is 10 s; MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL wins).
+SYSTEM_METRICS_INTERVAL_S = 5.0
 
 
 def default_tracking_uri(folder: Path | None = None) -> str:
     """``sqlite:///<abs>/mlflow.db`` in ``folder`` (default: the working directory)."""
-    return f"sqlite:///{(Path(folder or Path.cwd()) / 'mlflow.db').resolve()}"
+    return f"sqlite:///{(Path(folder or Path.cwd()) / STORE_FILE).resolve()}"
 
 
 def sqlite_path(tracking_uri: str) -> Path | None:
@@ -50,7 +63,7 @@ def missing_sqlite_store(tracking_uri: str) -> Path | None:
 def default_artifact_root(tracking_uri: str) -> str | None:
     """Beside the SQLite file (``mlartifacts/``), as an absolute path; None for a server."""
     store = sqlite_path(tracking_uri)
-    return str(store.parent / "mlartifacts") if store is not None else None
+    return str(store.parent / ARTIFACTS_FOLDER) if store is not None else None
 
 
 def git_commit() -> str:
@@ -164,3 +177,76 @@ def reopen(client: MlflowClient, run_id: str) -> None:
             set_tags(client, run_id, {kept: tags[stale]})
             client.delete_tag(run_id, stale)
     client.update_run(run_id, status="RUNNING")
+
+
+# --------------------------------------------------------------------- the fluent active run
+
+
+@contextmanager
+def fluent_run(tracking_uri: str, *, run_id: str | None = None, experiment_id: str | None = None,
+               run_name: str | None = None, parent_run_id: str | None = None,
+               tags: dict[str, str] | None = None, system_metrics: bool = True) -> Iterator[str]:
+    """MLflow's active run for the block: the run ``run_id`` reopened (``tags`` set on it), or
+    a new run in ``experiment_id`` under ``parent_run_id`` with the standard source tags; yields
+    its id. The caller (``lifecycle``) gives the run its final status; a block left by an error
+    before that ends it KILLED (a signal) or FAILED, so the thread's run stack is always popped.
+
+    Makes ``tracking_uri`` the process's current MLflow URI (fluent calls read it from there).
+    """
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)
+    if run_id is not None:
+        run = mlflow.start_run(run_id=run_id, tags=tags or None, log_system_metrics=False)
+    else:
+        run = mlflow.start_run(experiment_id=experiment_id, run_name=run_name, parent_run_id=parent_run_id,
+                               tags={**source_tags(), **(tags or {})}, log_system_metrics=False)
+    run_id = run.info.run_id
+    monitor = SystemMetrics(tracking_uri, run_id) if system_metrics else None
+    status = None
+    try:
+        yield run_id
+    except BaseException as error:
+        status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
+        raise
+    finally:
+        if monitor is not None:
+            monitor.stop()
+        current = MlflowClient(tracking_uri).get_run(run_id).info.status
+        mlflow.end_run(current if current != "RUNNING" else status or "FINISHED")
+
+
+class SystemMetrics:
+    """MLflow's system-metrics monitor for one run, every :data:`SYSTEM_METRICS_INTERVAL_S`
+    seconds, plus one last sample when stopped (MLflow's monitor drops an unfinished interval,
+    so a trial shorter than one interval would otherwise show no system metrics at all)."""
+
+    def __init__(self, tracking_uri: str, run_id: str):
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        with _quiet("mlflow.system_metrics"):  # "Started monitoring ..." and the GPU note
+            self.monitor = SystemMetricsMonitor(run_id, sampling_interval=SYSTEM_METRICS_INTERVAL_S,
+                                                resume_logging=True, tracking_uri=tracking_uri)
+            self.monitor.start()
+
+    def stop(self) -> None:
+        with _quiet("mlflow.system_metrics"):
+            self.monitor.finish()
+            try:
+                self.monitor.collect_metrics()
+                self.monitor.publish_metrics(self.monitor.aggregate_metrics())
+                self.monitor.mlflow_logger.flush()
+            except Exception as error:  # a sample is not worth failing a finished trial for
+                logging.getLogger(__name__).debug("last system-metrics sample lost: %s", error)
+
+
+@contextmanager
+def _quiet(logger_name: str, level: int = logging.ERROR) -> Iterator[None]:
+    """Raise ``logger_name``'s level for the block (MLflow's INFO and advice lines)."""
+    logger = logging.getLogger(logger_name)
+    previous = logger.level
+    logger.setLevel(max(level, previous))
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)

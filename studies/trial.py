@@ -23,7 +23,7 @@ from evaluation import evaluate_trial
 from mae_core.models import config_variant_name
 from mae_core.train import NonFiniteError, PatchData, train
 
-from . import lifecycle, tracking
+from . import lifecycle, logged, tracking
 from .interrupts import Interruption
 
 
@@ -69,19 +69,33 @@ def run_trial(
 ) -> TrialOutcome:
     """Train and evaluate ``config`` on ``data``; one MLflow run holds all of it.
 
-    ``run_id`` reopens a run the caller made; otherwise the run id kept in the checkpoint is
-    reopened, or a new run is created. The evaluation layer measures the trained model
+    ``run_id`` reopens a run the caller found; otherwise the run id kept in the checkpoint is
+    reopened, or a new run is created (under ``parent_run_id``, with ``tags``). While the trial
+    works its run is MLflow's active run, with system metrics; it logs the data splits as
+    inputs and the trained encoder as a model (:mod:`studies.logged`). The evaluation layer measures the trained model
     (:func:`evaluation.evaluate_trial`; ``probes=False`` keeps to the risks). A diverging trial ends FAILED with ``failure_step`` and
     ``failure_reason`` tags, and the error is re-raised. With ``interruption``, a first
     SIGINT/SIGTERM during training stops after the current update with a checkpoint; an
     interrupted trial ends KILLED with the signal as its ``interrupted`` tag.
     """
     client = MlflowClient(tracking_uri)
-    run_id = run_id or lifecycle.run_for_checkpoint(
-        client, checkpoint_path, tracking_uri=tracking_uri, experiment=experiment,
-        run_name=run_name or trial_run_name(config), parent_run_id=parent_run_id, tags=tags)
-    lifecycle.start(client, run_id)
+    with lifecycle.opened(client, run_id or lifecycle.run_in_checkpoint(checkpoint_path),
+                          tracking_uri=tracking_uri, experiment=experiment,
+                          run_name=run_name or trial_run_name(config), parent_run_id=parent_run_id,
+                          tags=tags) as run_id:
+        metrics, train_seconds = _train_and_evaluate(
+            client, run_id, config, data, checkpoint_path=checkpoint_path, on_progress=on_progress,
+            on_checkpoint=on_checkpoint, probes=probes, interruption=interruption)
+        lifecycle.finished(client, run_id)
+    return TrialOutcome(run_id=run_id, metrics=metrics, train_seconds=train_seconds)
+
+
+def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data: PatchData, *,
+                        checkpoint_path: Path | None, on_progress, on_checkpoint, probes: bool,
+                        interruption: Interruption | None) -> tuple[dict[str, float], float]:
+    """The trial's work inside its active run: (final metrics, training seconds)."""
     tracking.log_params(client, run_id, config.resolved())
+    logged.log_dataset_inputs(client, run_id, config, data)
     already = tracking.logged_steps(client, run_id, "train_loss")
 
     def on_log(step: int, metrics: dict[str, float]) -> None:
@@ -115,12 +129,12 @@ def run_trial(
         raise
     metrics["train_seconds"] = train_seconds  # (effective_mask_ratio is a param: each value is logged once)
     # A trial retried after this point must not log its final metrics a second time.
-    logged = client.get_run(run_id).data.metrics
-    fresh = {k: v for k, v in metrics.items() if k not in logged}
+    already_logged = client.get_run(run_id).data.metrics
+    fresh = {k: v for k, v in metrics.items() if k not in already_logged}
     tracking.log_metrics(client, run_id, fresh, config.steps, int(time.time() * 1000))
 
     _log_reconstructions(client, run_id, result.model, config, data)
     if checkpoint_path is not None and Path(checkpoint_path).exists():
         client.log_artifact(run_id, str(checkpoint_path), artifact_path="checkpoint")
-    lifecycle.finished(client, run_id)
-    return TrialOutcome(run_id=run_id, metrics=metrics, train_seconds=train_seconds)
+    logged.log_encoder(client, run_id, result.model, config, data.test_patches[:2])
+    return metrics, train_seconds

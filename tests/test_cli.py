@@ -92,6 +92,9 @@ BAD_INVOCATIONS = [
     (["bogus"], "invalid choice"),
     (["config", "mask_ration"], "unknown key 'mask_ration' (did you mean mask_ratio?)"),
     (["config", "mask_ratio", "eval.nope"], "unknown key 'eval.nope'"),
+    (["train", "eval.features=cls"], "eval.features=cls reads the class token; set class_token=true"),
+    (["run", "partial_finetune", "--smoke", "eval.features=cls"], "eval.features=cls reads the class token"),
+    (["run", "mask_ratio", "--smoke", "eval.finetune_blocks=0,some"], "eval.finetune_blocks='some'"),
 ]
 
 
@@ -116,6 +119,7 @@ def test_bad_input_is_one_line_and_exit_2(args, words, bad_files, tmp_path, monk
     assert "Traceback" not in err
     assert words in lines[0]
     assert not (tmp_path / "mlflow.db").exists(), "no MLflow store is created for bad input"
+    assert not (tmp_path / "mae_runs" / "mlflow.db").exists(), "nor in run's --out folder"
     assert not ray.is_initialized(), "Ray never started"
 
 

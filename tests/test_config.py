@@ -124,7 +124,8 @@ def test_every_key_has_a_description_and_the_catalogue_lists_them_all():
     ("mask_ratio", "number in (0, 1)"), ("warmup_fraction", "number in [0, 1)"), ("lr", "number > 0"),
     ("steps", "integer ≥ 0"), ("train_limit", "integer ≥ 1 | null"), ("objective", "mae | ae | dae"),
     ("corruption", "none | gaussian | masking | salt_pepper | null"), ("class_token", "true | false"),
-    ("compile", "auto | true | false"), ("dataset", "text"), ("eval.finetune_blocks", "integer ≥ 0 | null"),
+    ("compile", "auto | true | false"), ("dataset", "text"), ("eval.finetune_blocks", "integer ≥ 0 | all | null"),  # all: MAE Fig. 9 full fine-tuning
+    ("eval.features", "auto | mean | cls | both"), ("eval.finetune_layer_decay", "number in (0, 1]"),
 ])
 def test_allowed_values_are_read_from_the_types(key, allowed):
     from mae_core.config import config_keys

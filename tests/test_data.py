@@ -35,8 +35,9 @@ BUILTINS = {
 
 def test_constants_agree():
     assert BUILTIN_DATASETS == ("digits", "shapes", "photos")
-    assert FILE_DATASETS == ("cifar10", "folder", "npz")
-    assert DEFAULT_PATCH_SIZE == {"digits": 2, "shapes": 4, "photos": 4, "cifar10": 4}
+    assert FILE_DATASETS == ("cifar10", "folder", "npz", "cifar100", "cifar100_coarse", "stl10", "imagenet")
+    assert DEFAULT_PATCH_SIZE == {"digits": 2, "shapes": 4, "photos": 4, "cifar10": 4,
+                                  "cifar100": 4, "cifar100_coarse": 4, "stl10": 8}
     assert set(BUILTINS) == set(BUILTIN_DATASETS)
 
 
@@ -72,6 +73,24 @@ def test_builtin_split_is_deterministic(name):
     assert a is not b
     for field in ("train_images", "train_labels", "test_images", "test_labels"):
         assert torch.equal(getattr(a, field), getattr(b, field)), field
+
+
+# sha256 (first 24 hex digits) of the float32 images as main's loaders made them at bccb641,
+# before images were stored as bytes: digits / 16.0 -> float32, photo crops / np.float32(255).
+FLOAT_STORAGE_SHA256 = {
+    "digits": ("42529fb6a655e9c0e927267b", "53d6a8c3d406e86d40aad5ac"),
+    "photos": ("243310ee77f0fe1bac0a06e3", "f1ca3369b1b4714381c1555c"),
+}
+
+
+@pytest.mark.parametrize("name", FLOAT_STORAGE_SHA256)
+def test_stored_bytes_convert_to_the_floats_of_float_storage(name):
+    import hashlib
+
+    ds = load_dataset(name)
+    assert ds.train.source.dtype == np.uint8 and ds.test.source.dtype == np.uint8  # a quarter of the memory
+    digests = tuple(hashlib.sha256(t.numpy().tobytes()).hexdigest()[:24] for t in (ds.train_images, ds.test_images))
+    assert digests == FLOAT_STORAGE_SHA256[name]
 
 
 def test_same_seed_is_cached():

@@ -177,3 +177,18 @@ def test_layer_norms_use_he_et_al_eps(variant):
     model, _ = _model(**ALL_VARIANTS[variant])
     norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
     assert norms and all(m.eps == LAYER_NORM_EPS == 1e-6 for m in norms)
+
+
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
+def test_the_logged_feature_encoder_gives_the_models_features_and_holds_only_the_encoder(variant):
+    from mae_core.models import feature_encoder
+
+    model, config = _model(**ALL_VARIANTS[variant])
+    patches, _ = _inputs(config)
+    encoder = feature_encoder(model)
+    with torch.no_grad():
+        torch.testing.assert_close(encoder(patches), model.features(patches))
+    names = {name for name, _ in encoder.named_parameters()}
+    assert names and all(name.startswith("encoder.") for name in names)
+    assert not any("decoder" in name or "mask_token" in name for name in names)
+    assert next(encoder.parameters()).data_ptr() != next(model.encoder.parameters()).data_ptr(), "a copy"

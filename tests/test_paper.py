@@ -450,7 +450,7 @@ def test_report_paper_writes_table_1_and_figure_5_from_several_stores(stores, tm
     folder_b = stores["target"].removeprefix("sqlite:///").rsplit("/", 1)[0]  # a folder holding mlflow.db
     args = ["report", "--paper", f"decoder_depth={stores['decoder_depth']}", f"decoder_width={stores['decoder_width']}",
             f"mask_token={stores['mask_token']}", f"target={folder_b}", f"mask_ratio={folder_b}/mlflow.db",
-            "--out", str(tmp_path / "paper")]
+            "--report-dir", str(tmp_path / "paper")]
     assert main(args) == 0
     out = tmp_path / "paper"
     assert "pdflatex paper_preview.tex" in capsys.readouterr().out

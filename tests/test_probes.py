@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -159,7 +161,7 @@ def test_fewshot_finetune_sees_only_its_labelled_examples(tiny):
     chosen = torch.from_numpy(fewshot_indices(data.train_labels.numpy(), 2, seed=3))
     assert len(chosen) == 2 * len(torch.unique(data.train_labels))
     assert all(int((data.train_labels[chosen] == c).sum()) == 2 for c in torch.unique(data.train_labels))
-    only_those = dataclasses.replace(data, train_patches=data.train_patches[chosen],
+    only_those = dataclasses.replace(data, train_images=data.train_images[chosen],
                                      train_labels=data.train_labels[chosen])
     assert finetune_accuracy(model, data, 5, seed=3, shots=2) == finetune_accuracy(model, only_those, 5, seed=3)
     metrics = probe_metrics(model, config, data, finetune_steps=5, finetune_shots=2)
@@ -294,3 +296,164 @@ def test_new_metrics_are_in_the_table():
     assert METRICS["probe_linear_acc"].baselines == ("pixel_probe_linear_acc",)
     assert METRICS["finetune_acc"].baselines == ("scratch_best_finetune_acc",)
     assert METRICS["test_allvisible_rec_risk"].kind != "risk"
+
+
+# ------------------------------------------------ the paper's probes: features, head, recipe
+
+
+@pytest.fixture(scope="module")
+def with_class_token():
+    config = Config(**TINY, class_token=True)
+    torch.manual_seed(1)
+    return build_model(config), config, prepare_data(config)
+
+
+@pytest.mark.parametrize("pool, width", [("auto", 32), ("both", 32), ("mean", 16), ("cls", 16)])
+def test_each_feature_mode_has_its_shape(with_class_token, pool, width):
+    model, _, data = with_class_token
+    features = extract_features(model, data.test_patches[:7], pool=pool)
+    assert features.shape == (7, width)  # D = 16; both = [class token, mean] side by side
+    both = extract_features(model, data.test_patches[:7], pool="both")
+    part = {"cls": both[:, :16], "mean": both[:, 16:]}.get(pool, both)
+    assert np.array_equal(features, part)
+
+
+def test_without_a_class_token_features_are_the_mean_and_cls_is_refused(tiny):
+    model, _, data = tiny
+    assert np.array_equal(extract_features(model, data.test_patches[:5]),
+                          extract_features(model, data.test_patches[:5], pool="mean"))
+    with pytest.raises(ValueError, match="class token"):
+        extract_features(model, data.test_patches[:5], pool="cls")
+    for pool in ("cls", "both"):  # refused by the config, before anything runs
+        with pytest.raises(ConfigError, match=f"eval.features={pool} reads the class token"):
+            Config(**TINY, **{"eval.features": pool})
+    assert Config(**TINY, class_token=True, **{"eval.features": "cls"}).eval.features == "cls"
+
+
+def test_cls_probes_read_the_class_token(with_class_token, monkeypatch):
+    """eval.features=cls: the pretrained and random-init probes see the class token alone."""
+    model, config, data = with_class_token
+    seen = []
+    original = probes.choose_knn_k
+
+    def recording(fit_x, *rest):
+        seen.append(fit_x.shape[1])
+        return original(fit_x, *rest)
+
+    monkeypatch.setattr(probes, "choose_knn_k", recording)
+    cls_config = config.with_updates(**{"eval.features": "cls", "eval.linear_cs": "1", "eval.knn_ks": "5"})
+    metrics = probe_metrics(model, cls_config, data)
+    assert seen == [16, 16, 16 * 4]  # pretrained, random init (class token D=16), raw pixels (M·q)
+    split = validation_split(data.train_labels.numpy(), 0.2, config.seed)
+    features = extract_features(model, data.train_patches, pool="cls")
+    test = extract_features(model, data.test_patches, pool="cls")
+    assert metrics["probe_knn_acc"] == knn_accuracy(features, data.train_labels.numpy(), test,
+                                                    data.test_labels.numpy(), int(metrics["probe_knn_k"]))
+    assert len(split.val) == metrics["probe_val_size"]
+
+
+def test_bn_linear_head_in_the_probes(tiny):
+    """eval.linear_head=bn_linear: every linear probe (pretrained, random init, pixels) is the
+    BatchNorm + linear head at a step size chosen on validation, logged instead of a C."""
+    from evaluation.linear_head import BNLinearRecipe, bn_linear_accuracy
+
+    model, config, data = tiny
+    keys = {"eval.linear_head": "bn_linear", "eval.bn_linear_epochs": 5, "eval.bn_linear_warmup_epochs": 1,
+            "eval.bn_linear_lrs": "0.1,1", "eval.linear_cs": "1", "eval.knn_ks": "5", "eval.fewshot_draws": 1}
+    settings = config.with_updates(**keys)
+    metrics = probe_metrics(model, settings, data)
+    for prefix in ("probe_", "random_probe_", "pixel_probe_"):
+        assert f"{prefix}linear_c" not in metrics and metrics[f"{prefix}linear_lr"] in (0.1, 1.0)
+        assert METRICS[f"{prefix}linear_lr"].kind == "bookkeeping"
+    train_x, test_x = pixel_features(data.train_patches), pixel_features(data.test_patches)
+    assert metrics["pixel_probe_linear_acc"] == bn_linear_accuracy(
+        train_x, data.train_labels.numpy(), test_x, data.test_labels.numpy(), metrics["pixel_probe_linear_lr"],
+        seed=config.seed, recipe=BNLinearRecipe.of(settings.eval))
+    assert metrics["pixel_probe_linear_acc"] > 0.8  # digits' pixels are linearly separable enough
+
+
+def test_finetune_blocks_all_is_full_finetuning(tiny):
+    model, config, data = tiny
+    metrics = probe_metrics(model, config, data, finetune_steps=4, finetune_blocks="all", scratch_max_steps=4)
+    assert metrics["partial_finetune_acc"] == metrics["finetune_acc"]
+    assert finetune_accuracy(model, data, 4, seed=0, blocks="all", num_classes=10) == metrics["finetune_acc"]
+
+
+def test_layer_decay_applies_to_the_pretrained_encoder_only(tiny, monkeypatch):
+    """MAE's recipe: decayed groups for fine-tuning the pretrained encoder; training from
+    scratch (random init, tuned length) keeps one step size."""
+    model, config, data = tiny
+    groups = []
+    original = torch.optim.AdamW
+
+    def recording(params, **kwargs):
+        params = list(params)
+        groups.append(len(params) if isinstance(params[0], dict) else 1)
+        return original(params, **kwargs)
+
+    monkeypatch.setattr(torch.optim, "AdamW", recording)
+    probe_metrics(model, config, data, finetune_steps=2, finetune_blocks=1, scratch_max_steps=2, scratch_eval_every=2,
+                  finetune_layer_decay=0.75, linear_cs=(1.0,), knn_ks=(5,))
+    # finetune_acc (embeddings, block, norm + head), random_finetune_acc, the scratch search (one
+    # candidate, 2 = finetune_steps: its refit is random_finetune_acc's run),
+    # partial (last block; its norm and the head)
+    assert groups == [3, 1, 1, 2]
+
+
+# --------------------------------------------------- defaults keep main's numbers, bitwise
+
+MAIN_COMMIT = "bccb6415aef97b9395616921de1b11d5e0055a04"  # main before the paper's probes (issue 16)
+
+
+def _module_at_main(path: str, name: str, monkeypatch) -> object:
+    """``path`` as it was at :data:`MAIN_COMMIT`, imported as module ``name`` (skips outside a git checkout)."""
+    import subprocess
+    import types
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        source = subprocess.run(["git", "show", f"{MAIN_COMMIT}:{path}"], cwd=root, capture_output=True,
+                                text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip(f"needs the git history holding main's {path} at {MAIN_COMMIT[:7]}")
+    module = types.ModuleType(name)
+    monkeypatch.setitem(__import__("sys").modules, name, module)  # dataclasses look their module up
+    exec(compile(source, f"{MAIN_COMMIT[:7]}:{path}", "exec"), module.__dict__)
+    return module
+
+
+@dataclasses.dataclass(frozen=True)
+class _MainPatchData:
+    """``PatchData`` as main's probes knew it (float patches as fields; since then the images are
+    stored as bytes and the patches made on first read)."""
+    train_patches: torch.Tensor
+    train_labels: torch.Tensor
+    test_patches: torch.Tensor
+    test_labels: torch.Tensor
+    image_shape: tuple[int, int, int]
+    patch_size: int
+    train_test_duplicates: int = 0
+
+
+@pytest.mark.parametrize("class_token", [False, True])
+def test_default_settings_reproduce_mains_metrics_bitwise(class_token, monkeypatch):
+    """The new keys at their defaults (features auto, logreg head, no layer decay, constant step
+    size, no warm-up) give exactly the metrics main's probes and models gave, fine-tuning and
+    partial fine-tuning included."""
+    old_models = _module_at_main("mae_core/models.py", "main_models", monkeypatch)
+    old_probes = _module_at_main("evaluation/probes.py", "main_probes", monkeypatch)
+    monkeypatch.setattr(old_probes, "build_model", old_models.build_model)  # its random-init reference too
+    config = Config(**{**TINY, "class_token": class_token, "eval.linear_cs": "0.1,1", "eval.knn_ks": "5,10",
+                       "eval.fewshot_draws": 2, "eval.finetune_steps": 6, "eval.finetune_blocks": 1})
+    data = prepare_data(config)
+    main_data = _MainPatchData(data.train_patches, data.train_labels, data.test_patches, data.test_labels,
+                               data.image_shape, data.patch_size, data.train_test_duplicates)
+    results = []
+    for build, probe_metrics_of, given in ((old_models.build_model, old_probes.probe_metrics, main_data),
+                                           (build_model, probe_metrics, data)):
+        torch.manual_seed(3)
+        results.append(probe_metrics_of(build(config), config, given))
+    old, new = results
+    assert "partial_finetune_acc" in new and "scratch_best_finetune_acc" in new
+    assert new == old

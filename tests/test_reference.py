@@ -18,6 +18,7 @@ EXPECTED = {
     "mask_sampling": {"mask_sampling": "random"}, "mask_token": {"mask_token_in_encoder": False},
     "corruption": {"corruption": "gaussian", "corruption_level": 0.3},
     "objectives": {"objective": "mae"}, "schedule": {"steps": 2000}, "lesson": {"mask_ratio": 0.75},
+    "partial_finetune": {"eval.finetune_blocks": 0},  # the head alone on the frozen encoder
 }
 
 
@@ -76,6 +77,31 @@ def test_the_parent_run_records_the_reference(tmp_path):
     client.set_terminated(run.info.run_id, "FINISHED")
     info = load_study_info(uri, "decoder_depth")
     assert info["reference"] == {"decoder_depth": 2} and info["smoke"] is False
+
+
+def test_a_zipped_group_matches_only_whole_rows():
+    zipped = ({"encoder_width": [32, 64], "encoder_heads": [4, 2]},)
+    axes = {"decoder_depth": [1, 2]}
+    # width 64 and heads 4 are both defaults but never in one row: no cell at the defaults
+    assert default_reference(axes, zipped) == {"decoder_depth": 1, "encoder_width": 32, "encoder_heads": 4}
+    assert find_cell({"decoder_depth": 2, "encoder_width": "64", "encoder_heads": 2}, axes, zipped) == \
+        {"decoder_depth": 2, "encoder_width": 64, "encoder_heads": 2}
+    assert find_cell({"decoder_depth": 2, "encoder_width": 64, "encoder_heads": 4}, axes, zipped) is None
+    with pytest.raises(ValueError, match="not a cell"):
+        Study(name="x", paper="p", base={}, axes=axes, zipped=zipped,
+              reference={"decoder_depth": 2, "encoder_width": 64, "encoder_heads": 4})
+
+
+def test_the_report_finds_the_default_reference_of_a_zipped_grid():
+    import pandas as pd
+
+    from analysis.report import study_reference
+
+    info = {"grid": {"decoder_depth": [1, 2], "seed": [0]},
+            "zip": [{"encoder_width": [32, 64], "encoder_heads": [2, 4]}]}
+    frame = pd.DataFrame({"decoder_depth": [1, 2], "encoder_width": [32, 64], "encoder_heads": [2, 4]})
+    reference, named = study_reference(info, frame, ["decoder_depth", "encoder_width", "encoder_heads"])
+    assert not named and reference == {"decoder_depth": 2, "encoder_width": 64, "encoder_heads": 4}
 
 
 def test_the_parent_run_records_the_command_and_the_machine_for_the_report(tmp_path):

@@ -433,3 +433,71 @@ def test_a_smoke_report_claims_no_correlation_and_says_so(tmp_path):
     comparisons = pd.read_csv(index.parent / "comparisons.csv")
     assert list(comparisons["decoder_width"].unique()) == [16]
     assert (index.parent / "findings.md").read_text().startswith("# decoder_width (smoke run): findings")
+
+
+def test_augmented_trials_are_marked_outside_the_procedure():
+    from analysis.report import outside_procedure_note
+
+    assert outside_procedure_note(pd.DataFrame({"augment": ["none", "none"]})) == ""
+    assert outside_procedure_note(pd.DataFrame({"mask_ratio": [0.5]})) == ""  # a store from before the key
+    note = outside_procedure_note(pd.DataFrame({"augment": ["none", "crop_flip", "crop_flip"]}))
+    assert "2 of 3 trials" in note and "augment=crop_flip" in note and "outside the specification" in note
+
+
+def _full_and_smoke_store(folder) -> tuple[str, str, str]:
+    """A study run in full, then in smoke mode (newer) into the same store: (uri, full, smoke)."""
+    uri = f"sqlite:///{folder}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("mae-study", artifact_location=str(folder / "mlartifacts"))
+    parents = []
+    for start, smoke, ratio in ((1_000, "False", 0.5), (2_000, "True", 0.75)):
+        parent = client.create_run(experiment, start_time=start, tags={
+            "study": "lesson", "study_axes": json.dumps(["mask_ratio"]), "smoke": smoke}).info.run_id
+        run = client.create_run(experiment, tags={"study": "lesson", "mlflow.parentRunId": parent}).info.run_id
+        params = [Param(k, str(v)) for k, v in Config(mask_ratio=ratio).resolved().items()]
+        client.log_batch(run, metrics=[Metric("test_mae_risk", ratio, 0, 1)], params=params)
+        client.set_terminated(run, "FINISHED")
+        parents.append(parent)
+    return uri, parents[0], parents[1]
+
+
+def test_a_report_never_takes_a_smoke_run_for_the_study_nor_the_reverse(tmp_path):
+    uri, full, smoke = _full_and_smoke_store(tmp_path)
+    assert load_runs(uri, "lesson")["mask_ratio"].tolist() == [0.75]  # the library's default: the newest
+    assert load_runs(uri, "lesson", smoke=False)["mask_ratio"].tolist() == [0.5]  # the full run, though older
+    assert load_runs(uri, "lesson", smoke=True)["mask_ratio"].tolist() == [0.75]
+    with pytest.raises(ReportError, match=f"--run {smoke} is a smoke run of study 'lesson': pass --smoke"):
+        load_runs(uri, "lesson", parent_run_id=smoke, smoke=False)
+    with pytest.raises(ReportError, match=f"--run {full} is a full run of study 'lesson': drop --smoke"):
+        load_runs(uri, "lesson", parent_run_id=full, smoke=True)
+    index = write_report("lesson", uri, tmp_path / "smoke_report", formats=("png",), smoke=True)
+    assert "(smoke run)</h1>" in index.read_text(encoding="utf-8")
+
+
+def test_the_report_command_reads_the_out_folder_and_refuses_mixing_in_one_line(tmp_path, monkeypatch, capsys):
+    from studies.cli import main
+
+    out = tmp_path / "runs"
+    out.mkdir()
+    uri, full, smoke = _full_and_smoke_store(out)
+    monkeypatch.chdir(tmp_path)
+
+    def report(*args: str) -> tuple[int, str, str]:
+        try:
+            status = main(["report", "lesson", "--out", "runs", "--format", "png", *args])
+        except SystemExit as exit_:
+            status = exit_.code
+        captured = capsys.readouterr()
+        return status, captured.out, captured.err
+
+    status, _, err = report("--run", smoke)  # a smoke run named without --smoke
+    assert status == 2 and err.strip() == (f"mae-study: error: --run {smoke} is a smoke run of study "
+                                           "'lesson': pass --smoke to report it (its title says so)")
+    assert not (out / "lesson").exists()
+    status, stdout, err = report()  # the full run, into the study's folder under --out
+    assert status == 0, err
+    assert stdout.strip() == f"report: {(out / 'lesson' / 'report' / 'index.html').resolve()}"
+    assert err.strip().splitlines()[-1] == f"next: mlflow ui --backend-store-uri {uri} --host 127.0.0.1"
+    status, stdout, _ = report("--smoke", "--report-dir", "elsewhere")
+    assert status == 0 and stdout.strip() == f"report: {(tmp_path / 'elsewhere' / 'index.html').resolve()}"
+    assert "(smoke run)</h1>" in (tmp_path / "elsewhere" / "index.html").read_text(encoding="utf-8")

@@ -9,9 +9,11 @@ from conftest import tiny_config
 from mae_core import (
     NonFiniteError,
     NormDomainError,
+    apply_target,
     build_model,
     corrupt,
     masked_mse,
+    patchify,
     prepare_data,
     sample_visible,
     train,
@@ -89,6 +91,22 @@ def test_training_runs_and_the_loss_is_finite(overrides):
     assert any(not torch.equal(before[k], after[k]) for k in after)  # it did update
 
 
+@pytest.mark.parametrize("dataset, target", [("digits", "raw"), ("photos", "norm"), ("shapes", "norm_eps")])
+def test_a_batch_converted_from_bytes_is_the_gathered_float_set(dataset, target):
+    """What the loop computes per batch (bytes -> floats -> patches -> T) equals what it
+    computed before on the whole float set, then gathered: bitwise, so no loss changes."""
+    from mae_core.images import DeviceImages
+    from mae_core.train import batch_target
+
+    config = tiny_config(dataset=dataset, target=target, train_limit=None, patch_size=None)
+    data = prepare_data(config)
+    whole = data.train_patches  # float32 [N,M,q], made once from the stored images
+    index = torch.randint(len(whole), (64,), generator=torch.Generator().manual_seed(0))
+    batch = patchify(DeviceImages(data.pretraining, torch.device("cpu"))(index), config.resolved_patch_size)
+    assert torch.equal(batch, whole[index])
+    assert torch.equal(batch_target(batch, target), apply_target(whole, target)[index])
+
+
 def test_norm_target_outside_d_norm_is_refused():
     config = tiny_config(dataset="shapes", target="norm_eps")
     data = prepare_data(config)  # accepted for norm_eps ...
@@ -141,6 +159,8 @@ def _stop_at(step):
     dict(objective="dae"),  # the corruption draws come from the same sampler
     dict(precision="bf16"),
     dict(precision="fp16"),  # the gradient scaler's state travels in the checkpoint
+    dict(augment="crop_flip"),  # the crops and flips draw from the checkpointed sampler
+    dict(augment="crop_flip", objective="dae", target="norm_eps"),
 ])
 def test_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path, overrides):
     config = tiny_config(steps=20, checkpoint_every=10, log_every=3, **overrides)

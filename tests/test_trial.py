@@ -8,6 +8,7 @@ from mlflow.tracking import MlflowClient
 
 from evaluation import evaluate_trial
 from mae_core import build_model, prepare_data
+from mae_core.config import EvalConfig
 from studies.trial import run_trial
 
 
@@ -91,6 +92,12 @@ def test_a_trial_logs_its_baselines_and_trust_metrics(tmp_path):
     assert "test_mae_risk" in metrics
     assert params["eval.val_fraction"] == "0.2" and params["eval.scratch_max_steps"] == "None"
     assert params["eval.linear_cs"] == "(0.01, 0.1, 1.0, 10.0, 100.0)"
+    # the paper's probe and fine-tuning keys, at their defaults (today's probes and fine-tuning)
+    assert (params["eval.features"], params["eval.linear_head"], params["eval.bn_linear_lrs"]) == (
+        "auto", "logreg", "(0.01, 0.1, 1.0, 10.0)")
+    assert (params["eval.finetune_layer_decay"], params["eval.finetune_warmup_fraction"],
+            params["eval.finetune_schedule"]) == ("1.0", "0.0", "constant")
+    assert {f"eval.{key}" for key in EvalConfig.model_fields} <= set(params)
 
 
 def test_the_ae_logs_its_reconstruction_risk():

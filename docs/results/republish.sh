@@ -18,13 +18,12 @@ for name in "${studies[@]}"; do
   study="$name"; extra=()
   # the lesson's third exercise: a decoder larger than the encoder (seed 001)
   [ "$name" = lesson_large_decoder ] && { study=lesson; extra=(decoder_width=64 decoder_depth=3); }
-  dir="$root/$name"; mkdir -p "$dir"
-  uri="sqlite:///$dir/mlflow.db"
+  dir="$root/$name"; mkdir -p "$dir"   # --out: mlflow.db, mlartifacts/ and $study/ (Ray's state)
   start=$(date +%s)
-  (cd "$dir" && "$mae_study" run "$study" "${extra[@]}" --out "$dir/ray" --tracking-uri "$uri")
+  (cd "$dir" && "$mae_study" run "$study" "${extra[@]}" --out "$dir")
   mid=$(date +%s)
   rm -rf "${here:?}/$name"
-  (cd "$dir" && "$mae_study" report "$study" --out "$here/$name" --tracking-uri "$uri")
+  (cd "$dir" && "$mae_study" report "$study" --out "$dir" --report-dir "$here/$name")
   end=$(date +%s)
   printf '%s\t%s\t%s\n' "$name" $((mid - start)) $((end - mid)) >> "$root/times.tsv"
 done

@@ -42,14 +42,14 @@ def test_sigkilled_trial_worker_is_retried_in_the_same_run(tmp_path):
     deadline = time.monotonic() + 240
     while victim is None and time.monotonic() < deadline and driver.poll() is None:
         time.sleep(0.5)
-        victim = running_trial_with_progress(tmp_path / "mlflow.db", min_step=40)
+        victim = running_trial_with_progress(tmp_path / "mae_runs" / "mlflow.db", min_step=40)  # run's --out
     assert victim is not None, "no trial reached step 40 in time"
     run_id, pid = victim
     os.kill(pid, signal.SIGKILL)
     output, _ = driver.communicate(timeout=400)
     assert driver.returncode == 0, output
 
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = f"sqlite:///{tmp_path}/mae_runs/mlflow.db"
     mlflow.set_tracking_uri(uri)
     runs = mlflow.search_runs(experiment_names=["mae-study"], filter_string="tags.study = 'mask_ratio'")
     children = runs[runs["tags.mlflow.parentRunId"].notna()]

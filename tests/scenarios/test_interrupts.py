@@ -89,7 +89,7 @@ def check_interrupted_study(tmp_path: Path, output: str, driver, reason: str) ->
     assert f"interrupted by {reason}" in output and "Tuner.restore" not in output, output
     state = json.loads((tmp_path / "mae_runs" / "mask_ratio-smoke" / "study.json").read_text())
     assert state["complete"] is False and state["interrupted"] == reason
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = f"sqlite:///{tmp_path}/mae_runs/mlflow.db"  # run's --out (default mae_runs) holds the store
     recorded = runs(uri)
     assert recorded and all(r.info.status in ("FINISHED", "KILLED") for r in recorded), \
         [(r.info.run_name, r.info.status) for r in recorded]
@@ -102,7 +102,7 @@ def check_resumed_study(tmp_path: Path, command: list[str]) -> None:
     resumed = start(command, tmp_path)
     output, _ = resumed.communicate(timeout=400)
     assert resumed.returncode == 0, output
-    recorded = runs(f"sqlite:///{tmp_path}/mlflow.db")
+    recorded = runs(f"sqlite:///{tmp_path}/mae_runs/mlflow.db")
     children = [r for r in recorded if "mlflow.parentRunId" in r.data.tags]
     assert len(children) == 2 and {r.info.status for r in children} == {"FINISHED"}, \
         [(r.info.run_name, r.info.status) for r in children]
@@ -118,16 +118,16 @@ def test_sigint_before_ray_starts_leaves_an_unfinished_study_that_resumes(tmp_pa
     wait_for(study_file.exists, driver, "the parent run")  # written before Ray starts
     output = interrupt(driver, signal.SIGINT)
     command = check_interrupted_study(tmp_path, output, driver, "SIGINT")
-    assert not query(tmp_path / "mlflow.db", "SELECT 1 FROM tags WHERE key = 'mlflow.parentRunId'")
+    assert not query(tmp_path / "mae_runs" / "mlflow.db", "SELECT 1 FROM tags WHERE key = 'mlflow.parentRunId'")
     check_resumed_study(tmp_path, command)
 
 
 def test_sigterm_during_a_trials_evaluation_kills_its_run_and_resume_finishes_the_grid(tmp_path):
     driver = start(STUDY, tmp_path)
-    wait_for(lambda: in_evaluation(tmp_path / "mlflow.db", 60), driver, "a trial's evaluation")
+    wait_for(lambda: in_evaluation(tmp_path / "mae_runs" / "mlflow.db", 60), driver, "a trial's evaluation")
     output = interrupt(driver, signal.SIGTERM)
     command = check_interrupted_study(tmp_path, output, driver, "SIGTERM")
-    killed = [r for r in runs(f"sqlite:///{tmp_path}/mlflow.db")
+    killed = [r for r in runs(f"sqlite:///{tmp_path}/mae_runs/mlflow.db")
               if "mlflow.parentRunId" in r.data.tags and r.info.status == "KILLED"]
     assert killed and all(r.data.tags["interrupted"] == "SIGTERM" for r in killed)
     check_resumed_study(tmp_path, command)

@@ -46,13 +46,13 @@ def child_statuses(db) -> dict[str, str]:
 
 
 def test_sigkilled_study_resumes_to_one_finished_run_per_cell(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = f"sqlite:///{tmp_path}/mae_runs/mlflow.db"  # run's --out (default mae_runs) holds the store
     driver = cli(*ARGS, cwd=tmp_path)
     deadline = time.monotonic() + 240
     finished_before = None
     while time.monotonic() < deadline:  # wait until one trial is done and others are under way
         time.sleep(2)
-        statuses = child_statuses(tmp_path / "mlflow.db")
+        statuses = child_statuses(tmp_path / "mae_runs" / "mlflow.db")
         if "FINISHED" in statuses.values() and "RUNNING" in statuses.values():
             runs = child_runs(uri)
             finished_before = runs[runs["status"] == "FINISHED"].set_index("run_id")

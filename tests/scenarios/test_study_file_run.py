@@ -22,10 +22,44 @@ def test_a_two_axis_study_file_runs_in_smoke_mode(tmp_path):
     done = subprocess.run([sys.executable, "-m", "studies.cli", "run", "depth_x_ratio.yaml", "--smoke"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mae_runs/mlflow.db")  # run's --out holds the store
     runs = mlflow.search_runs(experiment_names=["mae-study"], filter_string="tags.study = 'depth_x_ratio'")
     children = runs[runs["tags.mlflow.parentRunId"].notna()]
     assert len(children) == 4 and set(children["status"]) == {"FINISHED"}
     cells = set(zip(children["params.decoder_depth"], children["params.mask_ratio"]))
     assert cells == {("1", "0.5"), ("1", "0.75"), ("2", "0.5"), ("2", "0.75")}
     assert set(children["params.eval.knn_ks"]) == {"(5,)"}
+
+
+ZIPPED = """\
+name: zipped_widths
+base: {dataset: digits, encoder_depth: 1}
+zip: {encoder_width: [16, 32], encoder_heads: [2, 4]}
+seeds: [0]
+"""
+
+
+def test_a_zipped_study_file_runs_one_trial_per_row_and_reports_against_a_row(tmp_path):
+    from studies.runner import plan_study
+    from studies.study import cell_id
+    from studies.study_files import load_study_file
+
+    (tmp_path / "zipped_widths.yaml").write_text(ZIPPED)
+    done = subprocess.run([sys.executable, "-m", "studies.cli", "run", "zipped_widths.yaml", "--smoke"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mae_runs/mlflow.db")  # run's --out holds the store
+    runs = mlflow.search_runs(experiment_names=["mae-study"], filter_string="tags.study = 'zipped_widths'")
+    children = runs[runs["tags.mlflow.parentRunId"].notna()]
+    assert len(children) == 2 and set(children["status"]) == {"FINISHED"}
+    assert set(zip(children["params.encoder_width"], children["params.encoder_heads"])) == {("16", "2"), ("32", "4")}
+    plan = plan_study(load_study_file(tmp_path / "zipped_widths.yaml"), smoke=True, overrides={})
+    assert set(children["tags.cell_id"]) == {cell_id(cell) for cell in plan.cells}  # what --resume compares
+    parent = runs[runs["tags.mlflow.parentRunId"].isna()].iloc[0]
+    assert parent["tags.zip"] == '[{"encoder_width": [16, 32], "encoder_heads": [2, 4]}]'
+
+    report = subprocess.run([sys.executable, "-m", "studies.cli", "report", "zipped_widths", "--smoke",
+                             "--format", "png"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr
+    findings = (tmp_path / "mae_runs" / "zipped_widths-smoke" / "report" / "findings.md").read_text()
+    assert "Reference row: encoder_width=16, encoder_heads=2" in findings  # a whole row, the first

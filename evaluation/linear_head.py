@@ -1,0 +1,116 @@
+"""The MAE paper's linear-probe head: BatchNorm without affine, then a linear layer.
+
+He et al. (MAE, appendix A.2; ``main_linprobe.py``) put ``BatchNorm1d(F, affine=False,
+eps=1e-6)`` in front of the linear classifier: a feature normaliser with no parameters of its
+own, so the probe stays linear (at test time the running statistics make it an affine map of
+the features). They train it with LARS (base step size 0.1 per 256 images, batch 16384, 90
+epochs with 10 of linear warm-up, then cosine, no weight decay), the weight initialised
+``trunc_normal(std=0.01)``. LARS's per-layer trust ratio is there for batches of 16k; at this
+scale the head is trained by plain SGD with momentum 0.9 on the same schedule, and its base step
+size is chosen on the validation split (``eval.bn_linear_lrs``), like the logistic regression's C.
+
+Shapes: ``N`` images, ``F`` feature width, ``K`` classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mae_core.config import EvalConfig
+from mae_core.train import learning_rate
+
+BN_EPS = 1e-6  # MAE's BatchNorm1d(eps=1e-6)
+INIT_STD = 0.01  # MAE: trunc_normal_(head.weight, std=0.01)
+MOMENTUM = 0.9  # MAE's LARS momentum, kept for plain SGD
+_DEFAULTS = EvalConfig.model_fields
+
+
+@dataclass(frozen=True)
+class BNLinearRecipe:
+    """How the head is trained (the ``eval.bn_linear_*`` keys besides the step size)."""
+
+    epochs: int = _DEFAULTS["bn_linear_epochs"].default
+    warmup_epochs: int = _DEFAULTS["bn_linear_warmup_epochs"].default
+    batch_size: int = _DEFAULTS["bn_linear_batch_size"].default
+    weight_decay: float = _DEFAULTS["bn_linear_weight_decay"].default
+
+    @classmethod
+    def of(cls, settings: EvalConfig) -> BNLinearRecipe:
+        return cls(epochs=settings.bn_linear_epochs, warmup_epochs=settings.bn_linear_warmup_epochs,
+                   batch_size=settings.bn_linear_batch_size, weight_decay=settings.bn_linear_weight_decay)
+
+
+def bn_linear_head(features: int, classes: int, generator: torch.Generator | None = None) -> nn.Sequential:
+    """``[N,F] -> [N,K]``: ``BatchNorm1d(F, affine=False)`` then ``Linear(F, K)`` (weight
+    truncated-normal with std 0.01, bias 0, as MAE's head)."""
+    linear = nn.Linear(features, classes)
+    nn.init.trunc_normal_(linear.weight, std=INIT_STD, generator=generator)
+    nn.init.zeros_(linear.bias)
+    return nn.Sequential(nn.BatchNorm1d(features, affine=False, eps=BN_EPS), linear)
+
+
+def train_bn_linear(train_x: np.ndarray, train_y: np.ndarray, *, lr: float, seed: int,
+                    recipe: BNLinearRecipe = BNLinearRecipe(), num_classes: int | None = None) -> nn.Sequential:
+    """The head fitted to features ``[N,F]`` (N ≥ 2) and labels ``[N]``, in eval mode.
+
+    Minibatches of ``min(batch_size, N)`` images drawn without replacement each epoch (the
+    remainder dropped, as MAE's loader does: BatchNorm never sees a batch of one); step size
+    ``lr·batch/256`` after a linear warm-up of ``warmup_epochs``, cosine to 0 at the end.
+    """
+    x = torch.as_tensor(train_x, dtype=torch.float32)
+    y = torch.as_tensor(train_y, dtype=torch.long)
+    if len(x) < 2:
+        raise ValueError(f"the bn_linear head needs at least 2 training images for BatchNorm, got {len(x)}")
+    generator = torch.Generator().manual_seed(seed)
+    head = bn_linear_head(x.shape[1], int(y.max()) + 1 if num_classes is None else num_classes, generator)
+    linear = head[1]
+    # Weight decay on the linear weight only (MAE decays no bias; BatchNorm here has no parameters).
+    optimizer = torch.optim.SGD([{"params": [linear.weight], "weight_decay": recipe.weight_decay},
+                                 {"params": [linear.bias], "weight_decay": 0.0}], lr=0.0, momentum=MOMENTUM)
+    batch = min(recipe.batch_size, len(x))
+    per_epoch = len(x) // batch
+    total, warmup = recipe.epochs * per_epoch, recipe.warmup_epochs * per_epoch
+    peak = lr * batch / 256
+    head.train()
+    step = 0
+    for _ in range(recipe.epochs):
+        order = torch.randperm(len(x), generator=generator)
+        for i in range(per_epoch):
+            index = order[i * batch:(i + 1) * batch]
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, peak=peak, warmup_steps=warmup, total_steps=total, schedule="cosine")
+            loss = F.cross_entropy(head(x[index]), y[index])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+    return head.eval()
+
+
+def _score(head: nn.Module, test_x: np.ndarray, test_y: np.ndarray) -> float:
+    with torch.inference_mode():
+        predicted = head(torch.as_tensor(test_x, dtype=torch.float32)).argmax(1).numpy()
+    return float(np.mean(predicted == np.asarray(test_y)))
+
+
+def bn_linear_path(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
+                   lrs: Sequence[float], *, seed: int, recipe: BNLinearRecipe = BNLinearRecipe()) -> list[float]:
+    """Test accuracy of the head trained at each base step size of ``lrs`` (same seed: same
+    initialisation and batches); a single-class training split gives the constant rule."""
+    if np.unique(train_y).size < 2:  # nothing to separate, as the logistic probe
+        return [float(np.mean(test_y == train_y[0]))] * len(lrs)
+    classes = int(max(np.max(train_y), np.max(test_y))) + 1
+    return [_score(train_bn_linear(train_x, train_y, lr=lr, seed=seed, recipe=recipe, num_classes=classes),
+                   test_x, test_y) for lr in lrs]
+
+
+def bn_linear_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
+                       lr: float = 0.1, *, seed: int = 0, recipe: BNLinearRecipe = BNLinearRecipe()) -> float:
+    """MAE's linear probe on features ``[N,F]``: test accuracy in [0,1]."""
+    return bn_linear_path(train_x, train_y, test_x, test_y, (lr,), seed=seed, recipe=recipe)[0]
