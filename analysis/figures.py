@@ -53,7 +53,6 @@ FONT_SIZES = {"font.size": 8, "axes.labelsize": 8, "axes.titlesize": 8,
               "xtick.labelsize": 7, "ytick.labelsize": 7, "legend.fontsize": 7,
               "legend.title_fontsize": 7, "figure.titlesize": 8}
 SEED_OFFSET = 6.0  # points from a cell's mean marker to its seeds (clear of the marker's 1.75 pt radius)
-REFERENCE_COLOR = "0.45"  # grey: the random-init reference is context, not a result
 _LEGEND_ROOM = 0.5  # inches of height a figure adds for the legend below its panels
 
 # Labels, units and references come from the one metric table (evaluation.metrics).
@@ -68,7 +67,7 @@ REFERENCE_NAMES = {m.name: m.reference_name for m in METRICS.values() if m.refer
 BASELINES = {m.name: tuple(b for b in (m.reference, *m.baselines) if b) for m in METRICS.values()}
 # How each baseline band looks (its name is the metric's reference_name, else "random init").
 BASELINE_STYLES = {
-    "random init": {"color": "0.45", "ls": "--"},
+    "random init": {"color": "0.45", "ls": "--"},  # grey: context, not a result
     "raw pixels": {"color": "#a6761d", "ls": ":"},
     "from scratch (tuned length)": {"color": "#7570b3", "ls": "-."},
     "mean-pixel baseline": {"color": "0.45", "ls": "--"},
@@ -237,7 +236,7 @@ def _wrap(text: str, inches: float, points: float = 7.0) -> str:
 # ------------------------------------------------------------------------------- panels
 
 
-def _bounds(metric: str, scale: float) -> tuple[float, float]:
+def _bounds(metric: str) -> tuple[float, float]:
     """The range a metric can take, in plotted units: accuracies [0, 100], squared errors ≥ 0."""
     if is_accuracy(metric):
         return 0.0, 100.0
@@ -270,7 +269,7 @@ def _constant_across_cells(data: pd.DataFrame, column: str) -> bool:
     return bool(len(spread)) and float(spread.max()) <= 1e-12
 
 
-def _draw_baseline(ax, data: pd.DataFrame, column: str, axis: str, xs: dict, scale: float,
+def _draw_baseline(ax, data: pd.DataFrame, column: str, xs: dict, scale: float,
                    bounds: tuple[float, float]) -> tuple | None:
     """A band (mean and 95% interval over seeds) for baseline ``column``; a legend handle."""
     if not _has(data, column):
@@ -315,7 +314,7 @@ def _draw_panel(ax, data: pd.DataFrame, axis: str, metric: str, hue: str | None,
         ax.text(0.5, 0.5, f"{metric}\nnot logged", ha="center", va="center", transform=ax.transAxes)
         return []
     scale = 100.0 if is_accuracy(metric) else 1.0
-    bounds = _bounds(metric, scale)
+    bounds = _bounds(metric)
     continuous = is_continuous(axis)
     x_key = x_column(data, axis) if continuous else axis
     order = levels(data[x_key], axis)
@@ -337,7 +336,7 @@ def _draw_panel(ax, data: pd.DataFrame, axis: str, metric: str, hue: str | None,
         dodge = np.linspace(-0.2, 0.2, len(hue_levels)) if hue else [0.0]
     entries = []
     for column in baselines:
-        made = _draw_baseline(ax, data, column, axis, slots, scale, bounds)
+        made = _draw_baseline(ax, data, column, slots, scale, bounds)
         if made:
             entries.append((*made, "baseline"))
     measured = data.dropna(subset=[metric])

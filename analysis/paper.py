@@ -87,9 +87,11 @@ def _figure5(frame, info: dict, out: Path, formats: Sequence[str]) -> list[Path]
 
 
 def write_paper(sources: Sequence[StudySource], out_dir: Path, *, formats: Sequence[str] = ("png", "pdf"),
-                experiment: str = "mae-study") -> list[Path]:
+                experiment: str = "mae-study", smoke: bool = False) -> list[Path]:
     """Write ``table1.tex`` (a sub-table per source, in order), the Figure 5 files when a study
-    varies the mask ratio, and ``paper_preview.tex``; return every path written."""
+    varies the mask ratio, and ``paper_preview.tex``; return every path written. Each study's
+    newest full run is read (with ``smoke``, its newest smoke run, and every caption says so):
+    a smoke run never lands in a paper's table unannounced."""
     try:
         out = writable_folder(out_dir)
     except FolderNotWritable as error:
@@ -98,12 +100,12 @@ def write_paper(sources: Sequence[StudySource], out_dir: Path, *, formats: Seque
         formats = [*formats, "pdf"]  # the LaTeX files include the PDF
     tables, written, figure_done = [], [], False
     for source in sources:
-        frame = load_runs(source.tracking_uri, source.study, experiment)
-        info = load_study_info(source.tracking_uri, source.study, experiment)
+        frame = load_runs(source.tracking_uri, source.study, experiment, smoke=smoke)
+        info = load_study_info(source.tracking_uri, source.study, experiment, smoke=smoke)
         axes = [a for a in info["axes"] if a in frame]
         reference, _ = study_reference(info, frame, axes)
         tables.append(paper_table.study_table(frame, source.study, axes, reference, info.get("paper"),
-                                              info["run_id"]))
+                                              info["run_id"], smoke=info["smoke"]))
         if not figure_done and FIGURE5 in axes:
             made = _figure5(frame, info, out, formats)
             written += made

@@ -98,9 +98,10 @@ def _setting(axes: Sequence[str], cell: dict) -> str:
 
 
 def study_table(frame: pd.DataFrame, study: str, axes: Sequence[str], reference: dict | None,
-                paper: str | None = None, run_id: str = "") -> StudyTable:
+                paper: str | None = None, run_id: str = "", smoke: bool = False) -> StudyTable:
     """The rows of ``frame`` (a row per trial) as Table 1 shows them: a row per cell in the
-    axes' order, the ``reference`` cell marked, then a row per baseline that was logged."""
+    axes' order, the ``reference`` cell marked, then a row per baseline that was logged. A
+    ``smoke`` run's notes say so first, so its caption can never pass for a finding."""
     finished = frame[frame["status"] == "FINISHED"] if "status" in frame else frame
     columns = [m for m in TABLE_COLUMNS if m in finished and finished[m].notna().any()]
     # the mask ratio reads as the effective ratio (M-k)/M, the one that was run
@@ -125,7 +126,7 @@ def study_table(frame: pd.DataFrame, study: str, axes: Sequence[str], reference:
         if values:
             n = max(v.n for v in values.values())
             rows.append(Row(name, values, n, baseline=True))
-    notes = _notes(finished)
+    notes = (["SMOKE RUN, not a finding"] if smoke else []) + _notes(finished)
     return StudyTable(study, paper, list(axes), columns, rows, run_id, notes)
 
 

@@ -389,7 +389,8 @@ def _write_tables(frame: pd.DataFrame, study: str, by: list[str], out: Path,
 def _write_paper_table(frame: pd.DataFrame, study: str, axes: list[str], info: dict, reference: dict,
                        out: Path) -> tuple[paper_table.StudyTable, Path]:
     """``paper_table.tex``: the study in MAE Table 1's form (:mod:`analysis.paper_table`)."""
-    table = paper_table.study_table(frame, study, axes, reference, info.get("paper"), info["run_id"])
+    table = paper_table.study_table(frame, study, axes, reference, info.get("paper"), info["run_id"],
+                                    smoke=info["smoke"])
     path = out / "paper_table.tex"
     header = (f"% {study}: MAE Table 1 form. Needs: {' '.join(paper_table.PACKAGES)}\n"
               f"% made by mae-study report from parent run {info['run_id']}\n")

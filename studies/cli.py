@@ -373,7 +373,7 @@ def _report_paper(args: argparse.Namespace) -> int:
             raise UsageError(f"no runs of study {source.study}: no MLflow store at {store} "
                              f"(give it as {source.study}=STORE, or pass --tracking-uri)")
     out = writable_folder(Path(args.report_dir) if args.report_dir else Path(args.out) / "paper", "--report-dir")
-    paths = write_paper(sources, out, formats=formats, experiment=args.experiment)
+    paths = write_paper(sources, out, formats=formats, experiment=args.experiment, smoke=args.smoke)
     print("paper: " + ", ".join(str(p) for p in paths))
     print(f"next: cd {shlex.quote(str(out))} && pdflatex paper_preview.tex")
     return 0

@@ -77,10 +77,11 @@ def _grid(target: str, masked: bool) -> reconstruction_grid.ReconstructionGrid:
                                                   target, "encoder input (50% masked)")
 
 
-def _add_study(client: MlflowClient, experiment: str, study: str, folder: Path, artifacts: bool = False) -> None:
+def _add_study(client: MlflowClient, experiment: str, study: str, folder: Path, artifacts: bool = False,
+               smoke: bool = False) -> str:
     axis, values, reference, paper = STUDIES[study]
     parent = client.create_run(experiment, run_name=f"{study}-1", tags={
-        "study": study, "study_axes": json.dumps([axis]), "paper": paper, "smoke": "False",
+        "study": study, "study_axes": json.dumps([axis]), "paper": paper, "smoke": str(smoke),
         "grid": json.dumps({axis: list(values), "seed": list(SEEDS)}), "reference": json.dumps({axis: reference}),
         "command": f"mae-study run {study} --out /scratch/tmp123/runs", "machine": "Linux x86_64, 2 CPU cores",
         "mlflow.source.git.commit": "0123456789abcdef0123456789abcdef01234567"}).info.run_id
@@ -97,6 +98,7 @@ def _add_study(client: MlflowClient, experiment: str, study: str, folder: Path, 
                 client.log_artifact(run, str(path))
             client.set_terminated(run, "FINISHED")
     client.set_terminated(parent, "FINISHED")
+    return parent
 
 
 def _store(folder: Path, studies, artifacts=()) -> str:
@@ -468,6 +470,31 @@ def test_report_paper_writes_table_1_and_figure_5_from_several_stores(stores, tm
     if PDFLATEX:
         log = _pdflatex(out, "paper_preview.tex")
         assert "Overfull \\hbox" not in log and "multiply defined" not in log
+
+
+def test_report_paper_never_takes_a_newer_smoke_run_for_the_study(tmp_path):
+    uri = _store(tmp_path / "s", ["mask_token"])
+    client = MlflowClient(uri)
+    full = load_study_info(uri, "mask_token")["run_id"]
+    smoke = _add_study(client, client.get_experiment_by_name("mae-study").experiment_id, "mask_token",
+                       tmp_path / "s", smoke=True)  # newer than the full run
+    assert main(["report", "--paper", f"mask_token={uri}", "--report-dir", str(tmp_path / "full")]) == 0
+    table = (tmp_path / "full" / "table1.tex").read_text(encoding="utf-8")
+    assert "SMOKE" not in table
+    assert main(["report", "--paper", f"mask_token={uri}", "--smoke", "--report-dir", str(tmp_path / "smoke")]) == 0
+    table = (tmp_path / "smoke" / "table1.tex").read_text(encoding="utf-8")
+    assert "SMOKE RUN, not a finding" in table and full != smoke
+
+
+def test_report_paper_refuses_a_study_that_has_only_smoke_runs(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    _add_study(client, client.create_experiment("mae-study", artifact_location=str(tmp_path / "a")), "target",
+               tmp_path, smoke=True)
+    with pytest.raises(SystemExit) as stop:
+        main(["report", "--paper", f"target={uri}", "--report-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and "only smoke runs" in err and "--smoke" in err and "\n" not in err
 
 
 @pytest.mark.parametrize("args, message", [
