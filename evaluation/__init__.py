@@ -13,16 +13,16 @@ never Ray or MLflow.
 from __future__ import annotations
 
 
-def evaluate_trial(model, config, data, *, probes: bool = True) -> dict[str, float]:
+def evaluate_trial(model, config, data, *, probes: bool = True, baselines=None) -> dict[str, float]:
     """Every test metric of one trained model (names are the MLflow metric names): the risks,
     ``data_train_test_duplicates`` (test images byte-equal to a training image; 0 for the
     built-ins), then, unless ``probes=False``, the probes, their baselines and fine-tuning of
-    ``config.eval``."""
+    ``config.eval``; ``baselines``: a study's :class:`~evaluation.baselines.BaselineCache`."""
     from .probes import probe_metrics
     from .risks import reconstruction_metrics
 
     metrics = reconstruction_metrics(model, config, data)
     metrics["data_train_test_duplicates"] = float(data.train_test_duplicates)
     if probes:
-        metrics.update(probe_metrics(model, config, data))
+        metrics.update(probe_metrics(model, config, data, baselines=baselines))
     return metrics

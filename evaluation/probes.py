@@ -51,6 +51,7 @@ from mae_core.config import Config, EvalConfig
 from mae_core.models import build_model
 from mae_core.train import PatchData
 
+from .baselines import BaselineCache, baseline_key
 from .finetune_recipe import depends_on_length, finetune_lr, layer_groups
 from .linear_head import BNLinearRecipe, bn_linear_accuracy, bn_linear_head, bn_linear_path
 
@@ -459,8 +460,37 @@ def choose_finetune_steps(model: nn.Module, choice: PatchData, candidates: Seque
 # ------------------------------------------------------------------------------ one call
 
 
+def _finetune_options(settings: EvalConfig, data: PatchData, seed: int) -> dict:
+    """The keyword arguments every fine-tuning run of a trial shares (layer decay aside)."""
+    return dict(seed=seed, shots=settings.finetune_shots, lr=settings.finetune_lr,
+                batch_size=settings.finetune_batch_size, num_classes=int(data.train_labels.max()) + 1,
+                warmup_fraction=settings.finetune_warmup_fraction, schedule=settings.finetune_schedule,
+                head=settings.finetune_head)
+
+
+def baseline_metrics(fresh: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
+                     seed: int, options: dict) -> dict[str, float]:
+    """The baselines of :func:`probe_metrics` (names in :data:`evaluation.baselines.BASELINE_PREFIXES`):
+    the frozen probes of ``fresh`` (the config's model at initialisation) and of raw pixels, and,
+    with ``finetune_steps > 0``, training ``fresh`` from scratch for as many updates and for the
+    candidate length best on validation, refitted on the whole training split."""
+    train_y, test_y = data.train_labels.numpy(), data.test_labels.numpy()
+    metrics = frozen_probes(fresh, data, split, settings, seed=seed, prefix="random_probe_")
+    metrics.update(feature_probes(pixel_features(data.train_patches), train_y, pixel_features(data.test_patches),
+                                  test_y, split, settings, seed=seed, prefix="pixel_probe_"))
+    if settings.finetune_steps > 0:
+        metrics["random_finetune_acc"] = finetune_accuracy(fresh, data, settings.finetune_steps, **options)
+        steps, _ = choose_finetune_steps(fresh, split.choice_data(data), settings.scratch_candidates, **options)
+        # refitted on the whole training split; at finetune_steps that is random_finetune_acc's run
+        metrics["scratch_best_finetune_acc"] = (
+            metrics["random_finetune_acc"] if steps == settings.finetune_steps
+            else finetune_accuracy(fresh, data, steps, **options))
+        metrics["scratch_best_finetune_steps"] = float(steps)
+    return metrics
+
+
 def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: int | None = None,
-                  **overrides) -> dict[str, float]:
+                  baselines: BaselineCache | None = None, **overrides) -> dict[str, float]:
     """Every downstream metric of one trial (names are the MLflow metric names), with the
     settings of ``config.eval`` (``overrides`` replace some of them: ``finetune_steps=20``).
 
@@ -481,37 +511,33 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
     follows ``eval.finetune_warmup_fraction`` and ``eval.finetune_schedule``; the layer-wise
     decay ``eval.finetune_layer_decay`` applies to the pretrained encoder's runs only (training
     from scratch has no pretrained layers to preserve, as in MAE's from-scratch recipe).
+    With ``baselines`` (a study's :class:`~evaluation.baselines.BaselineCache`) the baselines are
+    read from a cell that computed them for the same key, or computed and kept for the others.
     """
     settings = EvalConfig(**{**config.eval.model_dump(), **overrides}) if overrides else config.eval
     seed = config.seed if seed is None else seed
     device = _device(model)
     fresh = random_init_model(config, device)
-    train_y, test_y = data.train_labels.numpy(), data.test_labels.numpy()
-    split = validation_split(train_y, settings.val_fraction, seed)
+    split = validation_split(data.train_labels.numpy(), settings.val_fraction, seed)
+    options = _finetune_options(settings, data, seed)
+    pretrained = dict(options, layer_decay=settings.finetune_layer_decay)
     metrics = frozen_probes(model, data, split, settings, seed=seed)
-    metrics.update(frozen_probes(fresh, data, split, settings, seed=seed, prefix="random_probe_"))
-    metrics.update(feature_probes(pixel_features(data.train_patches), train_y, pixel_features(data.test_patches),
-                                  test_y, split, settings, seed=seed, prefix="pixel_probe_"))
     if settings.finetune_steps > 0:
-        num_classes = int(data.train_labels.max()) + 1
-        options = dict(seed=seed, shots=settings.finetune_shots, lr=settings.finetune_lr,
-                       batch_size=settings.finetune_batch_size, num_classes=num_classes,
-                       warmup_fraction=settings.finetune_warmup_fraction, schedule=settings.finetune_schedule,
-                       head=settings.finetune_head)
-        pretrained = dict(options, layer_decay=settings.finetune_layer_decay)
         metrics["finetune_acc"] = finetune_accuracy(model, data, settings.finetune_steps, **pretrained)
-        metrics["random_finetune_acc"] = finetune_accuracy(fresh, data, settings.finetune_steps, **options)
-        steps, _ = choose_finetune_steps(fresh, split.choice_data(data), settings.scratch_candidates, **options)
-        # refitted on the whole training split; at finetune_steps that is random_finetune_acc's run
-        metrics["scratch_best_finetune_acc"] = (
-            metrics["random_finetune_acc"] if steps == settings.finetune_steps
-            else finetune_accuracy(fresh, data, steps, **options))
-        metrics["scratch_best_finetune_steps"] = float(steps)
         if settings.finetune_blocks == "all":  # every weight: finetune_acc's run, not run twice
             metrics["partial_finetune_acc"] = metrics["finetune_acc"]
         elif settings.finetune_blocks is not None:
             metrics["partial_finetune_acc"] = finetune_accuracy(model, data, settings.finetune_steps,
                                                                 blocks=settings.finetune_blocks, **pretrained)
+
+    def compute_baselines() -> dict[str, float]:
+        return baseline_metrics(fresh, data, split, settings, seed=seed, options=options)
+
+    if baselines is None:
+        metrics.update(compute_baselines())
+    else:
+        key = baseline_key(fresh, config, data, settings, seed, device)
+        metrics.update(baselines.get_or_compute(key, compute_baselines))
     metrics["probe_train_size"] = float(len(data.train_patches))
     metrics["probe_val_size"] = float(len(split.val))
     metrics["probe_test_size"] = float(len(data.test_patches))

@@ -32,6 +32,7 @@ from ray.tune import Callback
 
 from mae_core.config import Config
 from mae_core.errors import UserError
+from evaluation.baselines import BaselineCache
 from mae_core.train import prepare_data
 
 from . import lifecycle, tracking
@@ -41,6 +42,7 @@ from .study import Study, cell_id, trial_keys, without_keys, zip_space_key
 from .summary import log_study_summary
 
 STATE_FILE = "study.json"  # in the study's output folder: parent run id, Ray folder, grid
+BASELINES_DIR = "baselines"  # in the study's output folder: one JSON per shared set (evaluation.baselines)
 
 
 class StudySetupError(UserError):
@@ -256,10 +258,12 @@ def check_resume(plan: StudyPlan, options: RunOptions) -> dict[str, Any] | None:
 
 
 def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name: str,
-              tracking_uri: str, experiment: str, parent_run_id: str, search: bool = False) -> None:
+              tracking_uri: str, experiment: str, parent_run_id: str, search: bool = False,
+              baseline_dir: str | None = None) -> None:
     """One Ray Tune trial: a grid cell trained, evaluated and logged to its own MLflow run.
     In a search, a trial's run is found by its Ray trial id as well (two samples may draw the
-    same values, and each is its own trial)."""
+    same values, and each is its own trial). Baselines are shared through ``baseline_dir``
+    (:mod:`evaluation.baselines`)."""
     import ray
     import torch
     from mlflow.tracking import MlflowClient
@@ -298,7 +302,8 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
         outcome = run_trial(config, prepare_data(config), tracking_uri=tracking_uri, experiment=experiment,
                             run_id=run_id, run_name=trial_run_name(config), parent_run_id=parent_run_id,
                             tags=tags, checkpoint_path=checkpoints.path,
-                            on_progress=lambda step, metrics: last.update(metrics), on_checkpoint=on_checkpoint)
+                            on_progress=lambda step, metrics: last.update(metrics), on_checkpoint=on_checkpoint,
+                            baselines=BaselineCache(Path(baseline_dir)) if baseline_dir else None)
     except NonFiniteError as error:
         # Fails alone, with its reason in MLflow (run_trial marked it); Ray must not retry it.
         tune.report({"step": error.step, "diverged": 1.0, "failure_reason": str(error),
@@ -424,6 +429,8 @@ def _fit(plan: StudyPlan, options: RunOptions, state: dict[str, Any], progress, 
     fn = tune.with_parameters(
         trainable, base=plan.base, study_name=plan.study.name, tracking_uri=options.tracking_uri,
         experiment=options.experiment, parent_run_id=state["parent_run_id"], search=plan.search is not None,
+        # On a cluster another node cannot see this folder: each trial then computes its own.
+        baseline_dir=str(options.out_dir / BASELINES_DIR) if options.address in (None, "local") else None,
     )
     fn = tune.with_resources(fn, {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial})
     callbacks = [RayStopWatch(), *([progress] if progress is not None else [])]

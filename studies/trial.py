@@ -20,11 +20,15 @@ from evaluation.reconstruction_grid import ARTIFACT as RECONSTRUCTIONS, close, r
 from evaluation.reconstructions import reconstruction_grid
 from mae_core.config import Config
 from evaluation import evaluate_trial
+from evaluation.baselines import BaselineCache
 from mae_core.models import config_variant_name
 from mae_core.train import NonFiniteError, PatchData, train
 
 from . import lifecycle, logged, tracking
 from .interrupts import Interruption
+
+
+BASELINES_TAG = "baselines"  # "computed KEY" or "reused KEY": see evaluation.baselines
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,7 @@ def run_trial(
     on_checkpoint: Callable[[int, Path], None] | None = None,
     probes: bool = True,
     interruption: Interruption | None = None,
+    baselines: BaselineCache | None = None,
 ) -> TrialOutcome:
     """Train and evaluate ``config`` on ``data``; one MLflow run holds all of it.
 
@@ -76,7 +81,9 @@ def run_trial(
     (:func:`evaluation.evaluate_trial`; ``probes=False`` keeps to the risks). A diverging trial ends FAILED with ``failure_step`` and
     ``failure_reason`` tags, and the error is re-raised. With ``interruption``, a first
     SIGINT/SIGTERM during training stops after the current update with a checkpoint; an
-    interrupted trial ends KILLED with the signal as its ``interrupted`` tag.
+    interrupted trial ends KILLED with the signal as its ``interrupted`` tag. ``baselines``: the
+    study's shared baselines (:mod:`evaluation.baselines`); the ``baselines`` tag then says
+    whether this trial computed its set or read it (and its key).
     """
     client = MlflowClient(tracking_uri)
     with lifecycle.opened(client, run_id or lifecycle.run_in_checkpoint(checkpoint_path),
@@ -85,14 +92,15 @@ def run_trial(
                           tags=tags) as run_id:
         metrics, train_seconds = _train_and_evaluate(
             client, run_id, config, data, checkpoint_path=checkpoint_path, on_progress=on_progress,
-            on_checkpoint=on_checkpoint, probes=probes, interruption=interruption)
+            on_checkpoint=on_checkpoint, probes=probes, interruption=interruption, baselines=baselines)
         lifecycle.finished(client, run_id)
     return TrialOutcome(run_id=run_id, metrics=metrics, train_seconds=train_seconds)
 
 
 def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data: PatchData, *,
                         checkpoint_path: Path | None, on_progress, on_checkpoint, probes: bool,
-                        interruption: Interruption | None) -> tuple[dict[str, float], float]:
+                        interruption: Interruption | None,
+                        baselines: BaselineCache | None) -> tuple[dict[str, float], float]:
     """The trial's work inside its active run: (final metrics, training seconds)."""
     tracking.log_params(client, run_id, config.resolved())
     logged.log_dataset_inputs(client, run_id, config, data)
@@ -123,10 +131,14 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
         tracking.set_tags(client, run_id, {"checkpoint_warning": " | ".join(result.warnings)})
 
     try:
-        metrics = evaluate_trial(result.model, config, data, probes=probes)
+        served = len(baselines.outcomes) if baselines is not None else 0
+        metrics = evaluate_trial(result.model, config, data, probes=probes, baselines=baselines)
     except BaseException as error:  # e.g. Ctrl-C during the probes: the checkpoint is final
         lifecycle.interrupted(client, run_id, error, interruption and interruption.reason)
         raise
+    if baselines is not None and len(baselines.outcomes) > served:
+        key, how = baselines.outcomes[-1]
+        tracking.set_tags(client, run_id, {BASELINES_TAG: f"{how} {key}"})
     metrics["train_seconds"] = train_seconds  # (effective_mask_ratio is a param: each value is logged once)
     # A trial retried after this point must not log its final metrics a second time.
     already_logged = client.get_run(run_id).data.metrics

@@ -394,10 +394,10 @@ def test_layer_decay_applies_to_the_pretrained_encoder_only(tiny, monkeypatch):
     monkeypatch.setattr(torch.optim, "AdamW", recording)
     probe_metrics(model, config, data, finetune_steps=2, finetune_blocks=1, scratch_max_steps=2, scratch_eval_every=2,
                   finetune_layer_decay=0.75, linear_cs=(1.0,), knn_ks=(5,))
-    # finetune_acc (embeddings, block, norm + head), random_finetune_acc, the scratch search (one
-    # candidate, 2 = finetune_steps: its refit is random_finetune_acc's run),
-    # partial (last block; its norm and the head)
-    assert groups == [3, 1, 1, 2]
+    # finetune_acc (embeddings, block, norm + head), partial (last block; its norm and the head),
+    # then the baselines: random_finetune_acc, the scratch search (one candidate, 2 =
+    # finetune_steps: its refit is random_finetune_acc's run)
+    assert groups == [3, 2, 1, 1]
 
 
 def test_finetune_head_bn_linear_puts_batchnorm_before_every_finetuning_head(tiny, monkeypatch):

@@ -58,6 +58,10 @@ def test_every_study_runs_in_smoke_mode(tmp_path, local_ray):
         if name == "mask_ratio":
             assert runs["metrics.test_mae_risk"].notna().all()
             assert runs["metrics.scratch_best_finetune_acc"].notna().all()
+            # both ratios at seed 0 share one set of baselines: computed once, read once
+            assert sorted(runs["tags.baselines"].str.split().str[0]) == ["computed", "reused"]
+            assert runs["tags.baselines"].str.split().str[1].nunique() == 1
+            assert runs["metrics.random_finetune_acc"].nunique() == 1
 
 
 @pytest.mark.slow

@@ -1,0 +1,101 @@
+"""Baselines computed once per study and read by every cell that shares them.
+
+A trial's baselines (the probes of a freshly initialised encoder, ``random_probe_*``; of raw
+pixels, ``pixel_probe_*``; training from scratch, ``random_finetune_acc`` and
+``scratch_best_finetune_*``) do not depend on what pretraining did. They are a function of the
+fresh encoder's weights, the data, the evaluation settings, the seed and the device. The cells
+of a mask-ratio sweep share one set per seed, and training from scratch (a run per candidate
+length, then the refit) costs more than fine-tuning the pretrained encoder, so a study keeps
+each set in ``baselines/KEY.json`` under its folder and the other cells read it.
+
+The key is a SHA-256 of everything the baselines read: the fresh encoder's tensors (an encoder
+changed by any key, such as its width or ``encoder_init``, is another key), the splits' bytes and
+labels, every ``eval.*`` setting, the seed, the device, the precision, the versions of torch,
+numpy and scikit-learn, and the source of the modules that compute baselines. Two
+cells with equal keys would compute equal numbers (the probes are deterministic on one device),
+so reading one in place of computing it changes no metric; the trial's ``baselines`` tag says
+which it did.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from mae_core.config import Config, EvalConfig
+from mae_core.train import PatchData
+
+FORMAT = 1  # the file's layout
+# The code that computes baselines is part of the key: an edited probe never reads old numbers.
+_SOURCES = ("probes.py", "linear_head.py", "finetune_recipe.py", "baselines.py")
+BASELINE_PREFIXES = ("random_probe_", "pixel_probe_", "random_finetune_", "scratch_best_finetune_")
+
+
+def is_baseline_metric(name: str) -> bool:
+    return name.startswith(BASELINE_PREFIXES)
+
+
+def _hash_tensor(digest: "hashlib._Hash", name: str, tensor: torch.Tensor) -> None:
+    tensor = tensor.detach().cpu().contiguous()
+    digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+    digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+
+
+def baseline_key(fresh: nn.Module, config: Config, data: PatchData, settings: EvalConfig, seed: int,
+                 device: torch.device) -> str:
+    """The SHA-256 (hex) of what the baselines of ``fresh`` (the config's model at
+    initialisation) on ``data`` read. Of the model, the encoder's tensors: features and
+    fine-tuning read the encoder alone (a decoder weight gets no gradient there). Cells that
+    differ in the decoder still get their own keys today: ``init_weights`` draws the encoder's
+    weights after every layer's default initialisation, the decoder's included, has drawn from
+    the same generator."""
+    import numpy
+    import sklearn
+
+    digest = hashlib.sha256()
+    digest.update(json.dumps({"format": FORMAT, "model": type(fresh).__name__, "seed": seed,
+                              "device": str(device), "precision": config.precision,
+                              "versions": [torch.__version__, numpy.__version__, sklearn.__version__],
+                              "eval": settings.model_dump(mode="json")}, sort_keys=True).encode())
+    here = Path(__file__).parent
+    for source in _SOURCES:
+        digest.update((here / source).read_bytes())
+    for name, tensor in fresh.encoder.state_dict().items():
+        _hash_tensor(digest, f"encoder.{name}", tensor)
+    for name in ("train_patches", "train_labels", "test_patches", "test_labels"):
+        _hash_tensor(digest, name, getattr(data, name))
+    return digest.hexdigest()
+
+
+@dataclass
+class BaselineCache:
+    """``folder/KEY.json`` per set of baselines, written whole (temporary file, then rename), so
+    a reader never sees half of one. A trial that asks for a key another trial is computing
+    waits for it (a lock file per key) rather than computing it twice. ``outcomes`` lists
+    ``(key, "computed" | "reused")`` in the order this object served them."""
+
+    folder: Path
+    outcomes: list[tuple[str, str]] = field(default_factory=list)
+
+    def get_or_compute(self, key: str, compute: Callable[[], dict[str, float]]) -> dict[str, float]:
+        path = self.folder / f"{key}.json"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with (self.folder / f"{key}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or its process dies
+            if path.exists():
+                self.outcomes.append((key, "reused"))
+                return {name: float(value) for name, value in json.loads(path.read_text())["metrics"].items()}
+            metrics = compute()
+            temporary = path.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_text(json.dumps({"format": FORMAT, "metrics": metrics}, indent=1, sort_keys=True))
+            os.replace(temporary, path)
+        self.outcomes.append((key, "computed"))
+        return metrics
