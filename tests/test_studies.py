@@ -38,30 +38,31 @@ def options(tmp_path, **kw) -> RunOptions:
 
 
 @pytest.mark.slow
-def test_every_study_runs_in_smoke_mode(tmp_path, local_ray):
-    for name in STUDIES:  # one seed each keeps CI short; every study still runs end to end
-        plan = plan_study(get_study(name), smoke=True, overrides={"seeds": "0"})
-        out = tmp_path / name
-        state = run_study(plan, options(out))
-        assert state["errored"] == 0 and state["diverged"] == 0, name
-        runs = children(f"sqlite:///{out}/mlflow.db", state["parent_run_id"])
-        assert len(runs) == len(plan.cells), name
-        assert set(runs["status"]) == {"FINISHED"}, name
-        for metric in ("test_baseline_risk", "probe_linear_acc", "probe_knn_acc", "pixel_probe_linear_acc",
-                       "pixel_probe_knn_acc", "data_train_test_duplicates"):
-            assert runs[f"metrics.{metric}"].notna().all(), (name, metric)
-        # R_rec for the AE/DAE; an MAE's all-visible error under its own name, never as a risk
-        is_mae = runs["params.objective"] == "mae"
-        for metric, present in (("test_rec_risk", ~is_mae), ("test_allvisible_rec_risk", is_mae)):
-            column = runs.get(f"metrics.{metric}", pd.Series(float("nan"), index=runs.index))
-            assert column[present].notna().all() and column[~present].isna().all(), (name, metric)
-        if name == "mask_ratio":
-            assert runs["metrics.test_mae_risk"].notna().all()
-            assert runs["metrics.scratch_best_finetune_acc"].notna().all()
-            # both ratios at seed 0 share one set of baselines: computed once, read once
-            assert sorted(runs["tags.baselines"].str.split().str[0]) == ["computed", "reused"]
-            assert runs["tags.baselines"].str.split().str[1].nunique() == 1
-            assert runs["metrics.random_finetune_acc"].nunique() == 1
+@pytest.mark.parametrize("name", list(STUDIES))
+def test_every_study_runs_in_smoke_mode(tmp_path, local_ray, name):
+    # one seed each keeps CI short; every study still runs end to end
+    plan = plan_study(get_study(name), smoke=True, overrides={"seeds": "0"})
+    out = tmp_path / name
+    state = run_study(plan, options(out))
+    assert state["errored"] == 0 and state["diverged"] == 0, name
+    runs = children(f"sqlite:///{out}/mlflow.db", state["parent_run_id"])
+    assert len(runs) == len(plan.cells), name
+    assert set(runs["status"]) == {"FINISHED"}, name
+    for metric in ("test_baseline_risk", "probe_linear_acc", "probe_knn_acc", "pixel_probe_linear_acc",
+                   "pixel_probe_knn_acc", "data_train_test_duplicates"):
+        assert runs[f"metrics.{metric}"].notna().all(), (name, metric)
+    # R_rec for the AE/DAE; an MAE's all-visible error under its own name, never as a risk
+    is_mae = runs["params.objective"] == "mae"
+    for metric, present in (("test_rec_risk", ~is_mae), ("test_allvisible_rec_risk", is_mae)):
+        column = runs.get(f"metrics.{metric}", pd.Series(float("nan"), index=runs.index))
+        assert column[present].notna().all() and column[~present].isna().all(), (name, metric)
+    if name == "mask_ratio":
+        assert runs["metrics.test_mae_risk"].notna().all()
+        assert runs["metrics.scratch_best_finetune_acc"].notna().all()
+        # both ratios at seed 0 share one set of baselines: computed once, read once
+        assert sorted(runs["tags.baselines"].str.split().str[0]) == ["computed", "reused"]
+        assert runs["tags.baselines"].str.split().str[1].nunique() == 1
+        assert runs["metrics.random_finetune_acc"].nunique() == 1
 
 
 @pytest.mark.slow
