@@ -10,7 +10,7 @@ each set in ``baselines/KEY.json`` under its folder and the other cells read it.
 
 The key is a SHA-256 of everything the baselines read: the fresh encoder's tensors (an encoder
 changed by any key, such as its width or ``encoder_init``, is another key), the splits' bytes and
-labels, every ``eval.*`` setting, the seed, the device, the precision, the versions of torch,
+labels, every ``eval.*`` setting a baseline reads, the seed, the device, the precision, the versions of torch,
 numpy and scikit-learn, and the source of the modules that compute baselines. Two
 cells with equal keys would compute equal numbers (the probes are deterministic on one device),
 so reading one in place of computing it changes no metric; the trial's ``baselines`` tag says
@@ -34,6 +34,9 @@ from mae_core.config import Config, EvalConfig
 from mae_core.train import PatchData
 
 FORMAT = 1  # the file's layout
+# eval.* keys only the pretrained encoder's fine-tuning reads: cells that differ in them alone
+# (partial_finetune's rows) share their baselines.
+PRETRAINED_ONLY_SETTINGS = ("finetune_blocks", "finetune_layer_decay")
 # The code that computes baselines is part of the key: an edited probe never reads old numbers.
 _SOURCES = ("probes.py", "linear_head.py", "finetune_recipe.py", "baselines.py")
 BASELINE_PREFIXES = ("random_probe_", "pixel_probe_", "random_finetune_", "scratch_best_finetune_")
@@ -64,7 +67,8 @@ def baseline_key(fresh: nn.Module, config: Config, data: PatchData, settings: Ev
     digest.update(json.dumps({"format": FORMAT, "model": type(fresh).__name__, "seed": seed,
                               "device": str(device), "precision": config.precision,
                               "versions": [torch.__version__, numpy.__version__, sklearn.__version__],
-                              "eval": settings.model_dump(mode="json")}, sort_keys=True).encode())
+                              "eval": settings.model_dump(mode="json", exclude=set(PRETRAINED_ONLY_SETTINGS))},
+                             sort_keys=True).encode())
     here = Path(__file__).parent
     for source in _SOURCES:
         digest.update((here / source).read_bytes())

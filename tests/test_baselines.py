@@ -24,6 +24,10 @@ def test_cells_share_a_key_only_when_their_baselines_read_the_same_things():
     key = _key(reference)
     assert _key(tiny_config(mask_ratio=0.5)) == key  # pretraining keys do not enter
     assert _key(tiny_config(target="norm_eps", steps=9)) == key
+    # nor how the pretrained encoder is fine-tuned (partial_finetune's rows)
+    tuned = {"eval.finetune_steps": 4}
+    assert (_key(tiny_config(**tuned, **{"eval.finetune_blocks": 1, "eval.finetune_layer_decay": 0.75}))
+            == _key(tiny_config(**tuned)))
     for changed in (dict(seed=1), dict(encoder_width=32), dict(decoder_width=16),  # init order: see baseline_key
                      dict(test_limit=12),
                     {"eval.knn_ks": (3,)}, {"eval.finetune_steps": 4}):
