@@ -510,9 +510,13 @@ def _check_cluster(options: RunOptions, state: dict[str, Any]) -> None:
 
 
 class _DropRayInterruptHints(logging.Filter):
-    """Ray Tune's advice after Ctrl-C names ``Tuner.restore``; ours (``--resume``) replaces it."""
+    """Ray Tune's advice after Ctrl-C names ``Tuner.restore``; ours (``--resume``) replaces it.
+    Its list of trials without metrics after an interruption (one FileNotFoundError line per
+    trial that had not started) says nothing the progress line and ``study.json`` do not."""
 
-    HINTS = ("Tuner.restore", "Stop signal received", "Trials did not complete", "Experiment has been interrupted")
+    HINTS = ("Tuner.restore", "Stop signal received", "Trials did not complete", "Experiment has been interrupted",
+             "Failed to fetch metrics for")
+    LOGGERS = ("ray.tune.tune", "ray.tune.analysis.experiment_analysis")
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
@@ -521,9 +525,12 @@ class _DropRayInterruptHints(logging.Filter):
 
 @contextmanager
 def _quiet_ray_interrupt_hints():
-    logger, hints = logging.getLogger("ray.tune.tune"), _DropRayInterruptHints()
-    logger.addFilter(hints)
+    hints = _DropRayInterruptHints()
+    loggers = [logging.getLogger(name) for name in _DropRayInterruptHints.LOGGERS]
+    for logger in loggers:
+        logger.addFilter(hints)
     try:
         yield
     finally:
-        logger.removeFilter(hints)
+        for logger in loggers:
+            logger.removeFilter(hints)

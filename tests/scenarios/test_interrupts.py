@@ -87,6 +87,7 @@ def in_evaluation(db: Path, steps: int) -> bool:
 def check_interrupted_study(tmp_path: Path, output: str, driver, reason: str) -> list[str]:
     assert driver.returncode == 130, output
     assert f"interrupted by {reason}" in output and "Tuner.restore" not in output, output
+    assert "fetch metrics" not in output, output  # Ray's list of trials that had not started
     state = json.loads((tmp_path / "mae_runs" / "mask_ratio-smoke" / "study.json").read_text())
     assert state["complete"] is False and state["interrupted"] == reason
     uri = f"sqlite:///{tmp_path}/mae_runs/mlflow.db"  # run's --out (default mae_runs) holds the store
