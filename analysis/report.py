@@ -60,6 +60,7 @@ from .stats import (
     CORRELATION_COLUMNS,
     MIN_CLUSTERS,
     MIN_TRIALS,
+    baseline_comparisons,
     correlation_reading,
     paired_comparisons,
     plain_name,
@@ -462,6 +463,41 @@ def _findings_display(comparisons: pd.DataFrame, axes: Sequence[str]) -> pd.Data
                                        "95% CI", "Holm p", "verdict"])
 
 
+def _baseline_pairs(frame: pd.DataFrame) -> list[tuple[str, str]]:
+    """(downstream metric, a baseline it is read against) for every logged downstream accuracy:
+    its random-init reference, then its further baselines (raw pixels, tuned from scratch)."""
+    finished = frame[frame["status"] == "FINISHED"]
+    return [(m, b) for m in _present(finished, DOWNSTREAM_METRICS)
+            for b in (METRICS[m].reference, *METRICS[m].baselines) if b is not None and b in finished]
+
+
+def _baseline_name(metric: str) -> str:
+    return METRICS[metric].reference_name or ("random init" if metric.startswith("random_") else metric)
+
+
+def _baseline_section(frame: pd.DataFrame, axes: list[str], out: Path) -> tuple[str, Path | None]:
+    """``baselines.csv`` (every cell against each baseline, paired within each run) and its
+    section of ``findings.md``; nothing when no trial logged a baseline."""
+    table = baseline_comparisons(frame, axes, _baseline_pairs(frame))
+    if not len(table):
+        return "", None
+    table["claim"] = "higher"
+    table["verdict"] = [verdict(row, "higher") for _, row in table.iterrows()]
+    path = out / "baselines.csv"
+    table.to_csv(path, index=False)
+    rows = [{"row": _cell_text({a: row[a] for a in axes}) if axes else "every trial", "metric": row["metric"],
+             "against": _baseline_name(row["baseline"]), "n": int(row["n"]),
+             "difference (row − baseline)": _number(row["mean_diff"], "+.3g"),
+             "95% CI": ("—" if row["ci_low"] != row["ci_low"] else f"[{row['ci_low']:+.3g}, {row['ci_high']:+.3g}]"),
+             "Holm p": _number(row["p_holm"], ".2g"), "verdict": row["verdict"]} for _, row in table.iterrows()]
+    text = ("## Against the baselines\n\nEach row's accuracy against the baselines measured in the same runs "
+            "(random-init encoder, raw pixels, training from scratch for as many updates, and for the "
+            "length best on validation), paired within each run, i.e. by seed. The claim tested is that "
+            "pretraining beats the baseline; p is Holm-corrected across the rows of each (metric, baseline) "
+            "pair; verdicts as above.\n\n" + markdown_table(pd.DataFrame(rows)))
+    return text, path
+
+
 def _write_findings(frame: pd.DataFrame, study: str, axes: list[str], info: dict,
                     out: Path) -> tuple[Findings, list[Path]]:
     """``comparisons.csv`` (every number of :func:`~analysis.stats.paired_comparisons`, with
@@ -493,9 +529,11 @@ def _write_findings(frame: pd.DataFrame, study: str, axes: list[str], info: dict
                 "whatever the verdicts say, they are not findings of the study. ") + text
     paths = [out / "comparisons.csv", out / "findings.md"]
     comparisons.to_csv(paths[0], index=False)
+    against, baselines_csv = _baseline_section(frame, axes, out)
+    paths += [baselines_csv] if baselines_csv is not None else []
     title = f"{study}{' (smoke run)' if info.get('smoke') else ''}: findings"
-    paths[1].write_text(f"# {title}\n\n{text}\n\n{markdown_table(display) if len(display) else ''}",
-                        encoding="utf-8")
+    paths[1].write_text(f"# {title}\n\n{text}\n\n{markdown_table(display) if len(display) else ''}"
+                        f"\n\n{against}", encoding="utf-8")
     return Findings(reference, named, comparisons, display, text), paths
 
 

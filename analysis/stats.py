@@ -240,6 +240,31 @@ def paired_comparisons(frame: pd.DataFrame, axes: list[str], reference: dict, me
     return table
 
 
+def baseline_comparisons(frame: pd.DataFrame, axes: list[str], pairs: list[tuple[str, str]]) -> pd.DataFrame:
+    """Every cell's ``metric`` against each of its baselines, per ``(metric, baseline)`` pair
+    (e.g. ``("finetune_acc", "scratch_best_finetune_acc")``), paired within each finished trial:
+    the baseline was measured in the same run, on the same seed, data split and test images.
+    Columns: the axes, ``baseline``, then :data:`COMPARISON_COLUMNS` (``reference_mean`` is the
+    baseline's mean). ``p_holm`` is Holm-corrected within each (metric, baseline) family, the
+    cells of the grid."""
+    finished = frame[frame["status"] == FINISHED] if "status" in frame else frame
+    pairs = [(m, b) for m, b in pairs if m in finished and b in finished]
+    groups = finished.groupby(list(axes), dropna=False, sort=True) if axes else [((), finished)]
+    rows = []
+    for key, cell in groups:
+        values = dict(zip(axes, key if isinstance(key, tuple) else (key,)))
+        for metric, baseline in pairs:
+            both = cell[[metric, baseline]].dropna()
+            rows.append({**values, "baseline": baseline, "metric": metric,
+                         **paired_difference(both[metric].to_numpy(), both[baseline].to_numpy())})
+    table = pd.DataFrame(rows, columns=[*axes, "baseline", *COMPARISON_COLUMNS])
+    table["n"] = table["n"].astype(int)
+    table["p_holm"] = np.nan
+    for _, family in table.groupby(["metric", "baseline"], sort=False).groups.items():
+        table.loc[family, "p_holm"] = holm(table.loc[family, "p"].to_numpy())
+    return table
+
+
 def _direction_of(metric: str) -> str:
     if metric not in METRICS:
         raise ValueError(f"no better direction known for {metric!r}; pass direction='higher' or 'lower'")

@@ -353,6 +353,12 @@ def test_findings_compare_every_row_with_the_default_reference(report):
     assert "<h2>Findings</h2>" in page and "Reference row: mask_ratio=0.75, the documented default" in page
     findings = (out / "findings.md").read_text(encoding="utf-8")
     assert findings.startswith("# mask_ratio: findings") and "not resolved at n=1" in findings
+    # every cell against the baselines its own runs measured: random init and raw pixels
+    assert "## Against the baselines" in findings and "| raw pixels |" in findings
+    against = pd.read_csv(out / "baselines.csv")
+    assert set(against["baseline"]) == {"random_probe_linear_acc", "random_probe_fewshot_acc", "random_probe_knn_acc",
+                                        "pixel_probe_linear_acc", "pixel_probe_fewshot_acc", "pixel_probe_knn_acc"}
+    assert set(against["mask_ratio"]) == {0.25, 0.5, 0.75}
     assert "smoke" not in page.split("</h1>")[0]
 
 

@@ -12,6 +12,7 @@ import pytest
 from scipy import stats as sps
 
 from analysis.stats import (
+    baseline_comparisons,
     _kendall_rows,
     binomial_se,
     cluster_bootstrap_indices,
@@ -282,3 +283,24 @@ def test_a_cluster_bootstrap_over_too_few_cells_claims_nothing():
     assert "fewer than 4 for a cluster bootstrap" in result["reason"]
     result = correlation_with_interval(x, -x, clusters=[0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3], n_boot=100)
     assert result["spearman_rho"] == pytest.approx(-1.0) and result["n_clusters"] == 4
+
+
+def test_baseline_comparisons_pair_each_run_with_its_own_baselines():
+    """A cell planted 0.05 above its runs' baseline is supported, one planted 0.05 below is
+    contradicted, one equal up to noise is not resolved; pairs are within runs (seed by seed)."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for ratio, planted in ((0.25, 0.05), (0.5, -0.05), (0.75, 0.0)):
+        for seed in range(6):
+            base = 0.8 + rng.normal(0, 0.05)  # a large spread between seeds, shared by the pair
+            rows.append({"status": "FINISHED", "seed": seed, "mask_ratio": ratio, "random_probe_linear_acc": base,
+                         "probe_linear_acc": base + planted + rng.normal(0, 0.005)})
+    rows.append({"status": "FAILED", "seed": 9, "mask_ratio": 0.25, "random_probe_linear_acc": 0.0,
+                 "probe_linear_acc": 1.0})  # a failed run never counts
+    table = baseline_comparisons(pd.DataFrame(rows), ["mask_ratio"],
+                                 [("probe_linear_acc", "random_probe_linear_acc"), ("probe_linear_acc", "absent")])
+    assert list(table["mask_ratio"]) == [0.25, 0.5, 0.75] and (table["n"] == 6).all()
+    assert (table["baseline"] == "random_probe_linear_acc").all()
+    verdicts = [verdict(row, "higher") for _, row in table.iterrows()]
+    assert verdicts[:2] == ["supported", "contradicted"] and verdicts[2].startswith("not resolved at n=6")
+    assert table["mean_diff"].tolist() == pytest.approx([0.05, -0.05, 0.0], abs=0.01)
