@@ -46,7 +46,7 @@ def query(db: Path, sql: str) -> list[tuple]:
         return []
 
 
-def wait_for(condition, driver: subprocess.Popen, what: str, timeout: float = 240) -> None:
+def wait_for(condition, driver: subprocess.Popen, what: str, timeout: float = 420) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
