@@ -449,11 +449,15 @@ def _number(value: float, fmt: str) -> str:
     return "—" if value != value else format(value, fmt)
 
 
+def _interval(row) -> str:
+    """A comparison row's 95% interval as text; a dash when there is none."""
+    return "—" if row["ci_low"] != row["ci_low"] else f"[{row['ci_low']:+.3g}, {row['ci_high']:+.3g}]"
+
+
 def _findings_display(comparisons: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
     rows = []
     for _, row in comparisons.iterrows():
-        interval = ("—" if row["ci_low"] != row["ci_low"]
-                    else f"[{row['ci_low']:+.3g}, {row['ci_high']:+.3g}]")
+        interval = _interval(row)
         rows.append({"row": _cell_text({a: row[a] for a in axes}), "metric": row["metric"],
                      "claim: row is": f"{row['claim']} (better)", "n": int(row["n"]),
                      "difference (row − reference)": _number(row["mean_diff"], "+.3g"),
@@ -488,7 +492,7 @@ def _baseline_section(frame: pd.DataFrame, axes: list[str], out: Path) -> tuple[
     rows = [{"row": _cell_text({a: row[a] for a in axes}) if axes else "every trial", "metric": row["metric"],
              "against": _baseline_name(row["baseline"]), "n": int(row["n"]),
              "difference (row − baseline)": _number(row["mean_diff"], "+.3g"),
-             "95% CI": ("—" if row["ci_low"] != row["ci_low"] else f"[{row['ci_low']:+.3g}, {row['ci_high']:+.3g}]"),
+             "95% CI": _interval(row),
              "Holm p": _number(row["p_holm"], ".2g"), "verdict": row["verdict"]} for _, row in table.iterrows()]
     text = ("## Against the baselines\n\nEach row's accuracy against the baselines measured in the same runs "
             "(random-init encoder, raw pixels, training from scratch for as many updates, and for the "

@@ -232,10 +232,15 @@ def paired_comparisons(frame: pd.DataFrame, axes: list[str], reference: dict, me
                                   join="inner").dropna()
                 rows.append({**values, "metric": metric,
                              **paired_difference(pairs["x"].to_numpy(), pairs["r"].to_numpy())})
-    table = pd.DataFrame(rows, columns=[*axes, *COMPARISON_COLUMNS])
+    return _comparison_table(rows, [*axes, *COMPARISON_COLUMNS], families="metric")
+
+
+def _comparison_table(rows: list[dict], columns: list[str], families: str | list[str]) -> pd.DataFrame:
+    """The rows as a table with ``p_holm``: Holm-corrected within each group of ``families``."""
+    table = pd.DataFrame(rows, columns=columns)
     table["n"] = table["n"].astype(int)
     table["p_holm"] = np.nan
-    for metric, family in table.groupby("metric", sort=False).groups.items():
+    for _, family in table.groupby(families, sort=False).groups.items():
         table.loc[family, "p_holm"] = holm(table.loc[family, "p"].to_numpy())
     return table
 
@@ -257,12 +262,7 @@ def baseline_comparisons(frame: pd.DataFrame, axes: list[str], pairs: list[tuple
             both = cell[[metric, baseline]].dropna()
             rows.append({**values, "baseline": baseline, "metric": metric,
                          **paired_difference(both[metric].to_numpy(), both[baseline].to_numpy())})
-    table = pd.DataFrame(rows, columns=[*axes, "baseline", *COMPARISON_COLUMNS])
-    table["n"] = table["n"].astype(int)
-    table["p_holm"] = np.nan
-    for _, family in table.groupby(["metric", "baseline"], sort=False).groups.items():
-        table.loc[family, "p_holm"] = holm(table.loc[family, "p"].to_numpy())
-    return table
+    return _comparison_table(rows, [*axes, "baseline", *COMPARISON_COLUMNS], families=["metric", "baseline"])
 
 
 def _direction_of(metric: str) -> str:

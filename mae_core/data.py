@@ -124,15 +124,15 @@ def _parse(spec: str) -> tuple[str, Path | None]:
     return kind, p
 
 
-def _stamp(path: Path | None) -> int:
+def _stamp(path: Path | None) -> tuple:
     """A fingerprint of the path and, for a folder, of its entries (mtime and size of each): part
     of cache keys, so a rewritten npz, CIFAR or STL-10 file (or a folder gaining or losing
     entries) is reloaded instead of served stale. Sizes count because a file appended to within
     the filesystem's timestamp granularity (a few ms on some) keeps its mtime."""
     if path is None:
-        return 0
+        return ()
     entries = sorted(path.iterdir()) if path.is_dir() else []
-    return hash(tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in [path, *entries]))
+    return tuple((str(p), stat.st_mtime_ns, stat.st_size) for p in [path, *entries] for stat in [p.stat()])
 
 
 def validate_dataset_name(spec: str) -> str:
@@ -153,7 +153,7 @@ def dataset_image_shape(spec: str) -> tuple[int, int, int]:
 
 
 @functools.lru_cache(maxsize=32)
-def _file_image_shape(spec: str, _stamp: int) -> tuple[int, int, int]:
+def _file_image_shape(spec: str, _stamp: tuple) -> tuple[int, int, int]:
     from .folders import class_folders, folder_image_shape, imagenet_image_shape
     from .formats import npz_header, npz_layout
 
@@ -193,7 +193,7 @@ def load_dataset(spec: str, *, seed: int = 0, ram_mb: int = DEFAULT_RAM_MB) -> D
 
 
 @functools.lru_cache(maxsize=8)
-def _load_cached(spec: str, seed: int, _stamp: int, ram_mb: int = DEFAULT_RAM_MB) -> Dataset:
+def _load_cached(spec: str, seed: int, _stamp: tuple, ram_mb: int = DEFAULT_RAM_MB) -> Dataset:
     kind, path = _parse(spec)
     splits = _builtin(kind, seed) if path is None else _read_files(kind, path, ram_mb * 2**20)
     train, ytr, test, yte = splits.train, splits.train_labels, splits.test, splits.test_labels

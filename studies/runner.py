@@ -30,9 +30,9 @@ from urllib.parse import urlparse
 
 from ray.tune import Callback
 
+from evaluation.baselines import BaselineCache
 from mae_core.config import Config
 from mae_core.errors import UserError
-from evaluation.baselines import BaselineCache
 from mae_core.train import prepare_data
 
 from . import lifecycle, tracking
