@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import html
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import pandas as pd
@@ -64,6 +64,8 @@ class PageContent:
     files: list[str]
     notes_html: str = ""  # warnings above the findings (trials outside the spec's procedure)
     numbers_file: str = "comparisons.csv"  # search.csv for a search
+    baselines_text: str = ""  # how the baselines are compared (shown only with a table)
+    baselines_table: pd.DataFrame = field(default_factory=pd.DataFrame)  # each row against each baseline
 
 
 def html_table(table: pd.DataFrame) -> str:
@@ -84,6 +86,20 @@ def _run_table(rows: Sequence[tuple[str, str]]) -> str:
     return f"<table class='run'>{body}</table>"
 
 
+def _baselines(content: PageContent) -> list[str]:
+    """The findings against the baselines: the verdicts counted per baseline, then every row."""
+    table = content.baselines_table
+    if not len(table):
+        return []
+    e = html.escape
+    counts = "; ".join(f"against {e(name)}: " + ", ".join(f"{n} {e(v.split(' at ')[0])}" for v, n in
+                                                          group["verdict"].value_counts().items())
+                       for name, group in table.groupby("against", sort=False))
+    return ["<h3>Against the baselines</h3>", f"<p>{e(content.baselines_text)}</p>",
+            f"<p class='meta'>Rows × metrics {counts}.</p>", html_table(table),
+            "<p class='meta'>Every number: <a href='baselines.csv'><code>baselines.csv</code></a>.</p>"]
+
+
 def render(content: PageContent) -> str:
     """The whole page as one HTML string."""
     e = html.escape
@@ -101,6 +117,7 @@ def render(content: PageContent) -> str:
         html_table(content.findings_table) if len(content.findings_table) else "",
         f"<p class='meta'>Every number behind these words: <a href='{e(content.numbers_file)}'>"
         f"<code>{e(content.numbers_file)}</code></a>.</p>",
+        *_baselines(content),
         "<h2>Results</h2>",
         "<p>In the form of MAE Table 1: test accuracy (%) as the mean over seeds with the half-width "
         "of its 95% t-interval in small type; shaded: the reference row; italic: baselines. The same "

@@ -27,7 +27,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -433,6 +433,7 @@ class Findings:
     comparisons: pd.DataFrame  # paired_comparisons + claim and verdict columns
     display: pd.DataFrame  # the same as text, for the page and findings.md
     text: str  # the paragraph above the table
+    baselines: pd.DataFrame = field(default_factory=pd.DataFrame)  # each row against each baseline, as text
 
 
 def _comparison_metrics(frame: pd.DataFrame, axes: Sequence[str]) -> list[str]:
@@ -479,12 +480,20 @@ def _baseline_name(metric: str) -> str:
     return METRICS[metric].reference_name or ("random init" if metric.startswith("random_") else metric)
 
 
-def _baseline_section(frame: pd.DataFrame, axes: list[str], out: Path) -> tuple[str, Path | None]:
-    """``baselines.csv`` (every cell against each baseline, paired within each run) and its
-    section of ``findings.md``; nothing when no trial logged a baseline."""
+BASELINES_TEXT = ("Each row's accuracy against the baselines measured in the same runs (random-init encoder, "
+                  "raw pixels, training from scratch for as many updates, and for the length best on "
+                  "validation), paired within each run, i.e. by seed. The claim tested is that pretraining "
+                  "beats the baseline; p is Holm-corrected across the rows of each (metric, baseline) pair; "
+                  "verdicts as above.")
+
+
+def _baseline_findings(frame: pd.DataFrame, axes: list[str], out: Path) -> tuple[pd.DataFrame, Path | None]:
+    """``baselines.csv`` (every cell against each baseline, paired within each run) and the same
+    as text for ``findings.md`` and the page; an empty table and no file when no trial logged a
+    baseline."""
     table = baseline_comparisons(frame, axes, _baseline_pairs(frame))
     if not len(table):
-        return "", None
+        return pd.DataFrame(), None
     table["claim"] = "higher"
     table["verdict"] = [verdict(row, "higher") for _, row in table.iterrows()]
     path = out / "baselines.csv"
@@ -494,12 +503,7 @@ def _baseline_section(frame: pd.DataFrame, axes: list[str], out: Path) -> tuple[
              "difference (row − baseline)": _number(row["mean_diff"], "+.3g"),
              "95% CI": _interval(row),
              "Holm p": _number(row["p_holm"], ".2g"), "verdict": row["verdict"]} for _, row in table.iterrows()]
-    text = ("## Against the baselines\n\nEach row's accuracy against the baselines measured in the same runs "
-            "(random-init encoder, raw pixels, training from scratch for as many updates, and for the "
-            "length best on validation), paired within each run, i.e. by seed. The claim tested is that "
-            "pretraining beats the baseline; p is Holm-corrected across the rows of each (metric, baseline) "
-            "pair; verdicts as above.\n\n" + markdown_table(pd.DataFrame(rows)))
-    return text, path
+    return pd.DataFrame(rows), path
 
 
 def _write_findings(frame: pd.DataFrame, study: str, axes: list[str], info: dict,
@@ -533,12 +537,13 @@ def _write_findings(frame: pd.DataFrame, study: str, axes: list[str], info: dict
                 "whatever the verdicts say, they are not findings of the study. ") + text
     paths = [out / "comparisons.csv", out / "findings.md"]
     comparisons.to_csv(paths[0], index=False)
-    against, baselines_csv = _baseline_section(frame, axes, out)
+    baselines, baselines_csv = _baseline_findings(frame, axes, out)
     paths += [baselines_csv] if baselines_csv is not None else []
+    against = f"## Against the baselines\n\n{BASELINES_TEXT}\n\n{markdown_table(baselines)}" if len(baselines) else ""
     title = f"{study}{' (smoke run)' if info.get('smoke') else ''}: findings"
     paths[1].write_text(f"# {title}\n\n{text}\n\n{markdown_table(display) if len(display) else ''}"
                         f"\n\n{against}", encoding="utf-8")
-    return Findings(reference, named, comparisons, display, text), paths
+    return Findings(reference, named, comparisons, display, text, baselines), paths
 
 
 def _write_search_findings(frame: pd.DataFrame, study: str, axes: list[str], info: dict,
@@ -610,6 +615,7 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
         study=study, smoke=info["smoke"], paper=info.get("paper"),
         run_rows=provenance(tracking_uri, study, info, frame).rows + [("experiment", experiment)],
         findings_text=findings.text, findings_table=findings.display,
+        baselines_text=BASELINES_TEXT, baselines_table=findings.baselines,
         paper_table_html=paper_table.html_table(table), failures=failures, figures=figs,
         reconstructions=recons, correlation_reading=reading, correlations=correlations.round(3),
         summary=display, files=files + fig_files + recon_files + [index.name],

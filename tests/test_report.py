@@ -359,6 +359,11 @@ def test_findings_compare_every_row_with_the_default_reference(report):
     assert set(against["baseline"]) == {"random_probe_linear_acc", "random_probe_fewshot_acc", "random_probe_knn_acc",
                                         "pixel_probe_linear_acc", "pixel_probe_fewshot_acc", "pixel_probe_knn_acc"}
     assert set(against["mask_ratio"]) == {0.25, 0.5, 0.75}
+    # the page shows them too, between the findings and the results, counted per baseline
+    section = page.split("<h3>Against the baselines</h3>")[1].split("<h2>Results</h2>")[0]
+    assert "against raw pixels: " in section and "<td>raw pixels</td>" in section
+    assert section.count("<tr>") == len(against)  # one body row per comparison
+    assert "href='baselines.csv'" in section
     assert "smoke" not in page.split("</h1>")[0]
 
 
