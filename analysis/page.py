@@ -92,11 +92,11 @@ def _baselines(content: PageContent) -> list[str]:
     if not len(table):
         return []
     e = html.escape
-    counts = "; ".join(f"against {e(name)}: " + ", ".join(f"{n} {e(v.split(' at ')[0])}" for v, n in
-                                                          group["verdict"].value_counts().items())
-                       for name, group in table.groupby("against", sort=False))
+    short = table["verdict"].str.split(" at n=").str[0]  # "not resolved at n=5 (…)" -> "not resolved"
+    counts = "; ".join(f"against {e(name)}: " + ", ".join(f"{n} {e(v)}" for v, n in group.value_counts().items())
+                       for name, group in short.groupby(table["against"], sort=False))
     return ["<h3>Against the baselines</h3>", f"<p>{e(content.baselines_text)}</p>",
-            f"<p class='meta'>Rows × metrics {counts}.</p>", html_table(table),
+            f"<p class='meta'>Verdicts over every row and metric, {counts}.</p>", html_table(table),
             "<p class='meta'>Every number: <a href='baselines.csv'><code>baselines.csv</code></a>.</p>"]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -362,6 +363,9 @@ def test_findings_compare_every_row_with_the_default_reference(report):
     # the page shows them too, between the findings and the results, counted per baseline
     section = page.split("<h3>Against the baselines</h3>")[1].split("<h2>Results</h2>")[0]
     assert "against raw pixels: " in section and "<td>raw pixels</td>" in section
+    counted = section.split("Verdicts over every row and metric, ")[1].split(".</p>")[0]
+    assert sum(int(n) for n in re.findall(r"(\d+) (?:supported|contradicted|not resolved)", counted)) == len(against)
+    assert counted.count("not resolved") <= 2  # counted once per baseline, whatever its n and difference
     assert section.count("<tr>") == len(against)  # one body row per comparison
     assert "href='baselines.csv'" in section
     assert "smoke" not in page.split("</h1>")[0]
