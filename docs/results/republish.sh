@@ -13,7 +13,7 @@ root="$(mkdir -p "$1" && cd "$1" && pwd)"; shift
 mae_study="${MAE_STUDY:-$repo/.venv/bin/mae-study}"
 studies=("$@")
 [ ${#studies[@]} -gt 0 ] || studies=(mask_ratio mask_token target decoder_depth objectives mask_sampling
-                                     decoder_width schedule corruption lesson lesson_large_decoder)
+                                     decoder_width schedule corruption lesson lesson_large_decoder partial_finetune)
 for name in "${studies[@]}"; do
   study="$name"; extra=()
   # the lesson's third exercise: a decoder larger than the encoder (seed 001)
