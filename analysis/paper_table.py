@@ -250,9 +250,10 @@ def combined_latex(tables: Sequence[StudyTable], label: str = "tab:ablations") -
 
 
 def preview_document(body: str) -> str:
-    """A minimal two-column document around ``body``, for pdflatex."""
+    """A minimal two-column document around ``body``, for pdflatex; no page numbers, so a
+    picture of the page cropped to its ink is the table and figure alone."""
     return "\n".join([r"\documentclass[twocolumn]{article}", *PACKAGES, r"\usepackage{graphicx}",
-                      r"\begin{document}", body, r"\end{document}", ""])
+                      r"\pagestyle{empty}", r"\begin{document}", body, r"\end{document}", ""])
 
 
 # ---------------------------------------------------------------------------------- HTML
