@@ -219,7 +219,12 @@ def load_runs(tracking_uri: str, study: str, experiment: str = "mae-study",
     no run logged it). Sorted by the study's axes, then seed.
     """
     parent, children = _study_runs(tracking_uri, study, experiment, parent_run_id, smoke)
-    frame = pd.DataFrame([_row(run, study) for run in children])
+    return typed_frame(pd.DataFrame([_row(run, study) for run in children]), _axes_of(parent))
+
+
+def typed_frame(frame: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
+    """Trial rows (params already cast) -> :func:`load_runs`' frame: every final metric a float
+    column, derived params float, ``seed`` int; sorted by ``axes``, then seed."""
     for metric in FINAL_METRICS:
         if metric not in frame:
             frame[metric] = np.nan
@@ -230,7 +235,7 @@ def load_runs(tracking_uri: str, study: str, experiment: str = "mae-study",
     if "seed" in frame:  # nullable only if some run died before logging its params
         seeds = pd.to_numeric(frame["seed"])
         frame["seed"] = seeds.astype("Int64" if seeds.isna().any() else int)
-    order = [key for key in _axes_of(parent) if key in frame] + (["seed"] if "seed" in frame else [])
+    order = [key for key in axes if key in frame] + (["seed"] if "seed" in frame else [])
     if order:
         frame = frame.sort_values(order, kind="stable", na_position="last")
     return frame.reset_index(drop=True)

@@ -1,8 +1,9 @@
 """``mae-study report --paper``: MAE Table 1 for several studies at once, and Figure 5.
 
 Each study is read from its own MLflow store (``STUDY=STORE``: a tracking URI, an ``mlflow.db``
-file, or a folder holding one, as ``docs/results/republish.sh`` leaves them), or from the default
-store. Written to the output folder:
+file, or a folder holding one, as ``docs/results/republish.sh`` leaves them), from the default
+store, or from the ``trials.csv`` a report wrote (``STUDY=path/trials.csv``, see
+:mod:`analysis.trials_file`: a committed report is enough). Written to the output folder:
 
 * ``table1.tex``: one ``table*`` with a sub-table per study, (a), (b), ... in the order given
   (:func:`analysis.paper_table.combined_latex`), one label ``tab:ablations``;
@@ -25,6 +26,7 @@ from .frame import ReportError, load_runs, load_study_info
 from .labels import TABLE_COLUMNS
 from .paper_table import tex
 from .report import figure_caption, study_reference
+from .trials_file import load_trials
 
 STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 FIGURE5 = "mask_ratio"  # the file stem of MAE Figure 5's counterpart
@@ -35,6 +37,13 @@ FIGURE5_METRICS = ("finetune_acc", "probe_linear_acc")  # MAE Figure 5: fine-tun
 class StudySource:
     study: str
     tracking_uri: str
+    trials: Path | None = None  # a report's trials.csv, read instead of the store
+
+
+def _trials_file(text: str) -> Path | None:
+    """``text`` as a report's ``trials.csv`` when it names an existing ``.csv`` file, else None."""
+    path = Path(text).expanduser()
+    return path.resolve() if path.suffix == ".csv" and path.is_file() else None
 
 
 def store_uri(text: str) -> str:
@@ -62,7 +71,10 @@ def parse_sources(items: Sequence[str], default_uri: str) -> list[StudySource]:
             raise ReportError(f"--paper {item}: a study name uses letters, digits, '_', '-' and '.' only")
         if sep and not store:
             raise ReportError(f"--paper {item}: name a store after '=' (a tracking URI, an mlflow.db or its folder)")
-        sources.append(StudySource(study, store_uri(store) if sep else default_uri))
+        if sep and (trials := _trials_file(store)):
+            sources.append(StudySource(study, "", trials))
+        else:
+            sources.append(StudySource(study, store_uri(store) if sep else default_uri))
     if not sources:
         raise ReportError("--paper needs at least one STUDY or STUDY=STORE")
     return sources
@@ -86,6 +98,19 @@ def _figure5(frame, info: dict, out: Path, formats: Sequence[str]) -> list[Path]
     return [*paths, snippet]
 
 
+def _read(source: StudySource, experiment: str, smoke: bool) -> tuple:
+    """(frame, header) of a source: its trials.csv, or its store's newest full (smoke) run."""
+    if source.trials is not None:
+        frame, info = load_trials(source.trials, source.study)
+        if bool(info.get("smoke")) != smoke:
+            kind = "a smoke run" if info.get("smoke") else "a full run"
+            raise ReportError(f"{source.trials} holds {kind} of {source.study}"
+                              + ("; add --smoke to put it in a table" if info.get("smoke") else "; drop --smoke"))
+        return frame, info
+    frame = load_runs(source.tracking_uri, source.study, experiment, smoke=smoke)
+    return frame, load_study_info(source.tracking_uri, source.study, experiment, smoke=smoke)
+
+
 def write_paper(sources: Sequence[StudySource], out_dir: Path, *, formats: Sequence[str] = ("png", "pdf"),
                 experiment: str = "mae-study", smoke: bool = False) -> list[Path]:
     """Write ``table1.tex`` (a sub-table per source, in order), the Figure 5 files when a study
@@ -100,8 +125,7 @@ def write_paper(sources: Sequence[StudySource], out_dir: Path, *, formats: Seque
         formats = [*formats, "pdf"]  # the LaTeX files include the PDF
     tables, written, figure_done = [], [], False
     for source in sources:
-        frame = load_runs(source.tracking_uri, source.study, experiment, smoke=smoke)
-        info = load_study_info(source.tracking_uri, source.study, experiment, smoke=smoke)
+        frame, info = _read(source, experiment, smoke)
         axes = [a for a in info["axes"] if a in frame]
         reference, _ = study_reference(info, frame, axes)
         tables.append(paper_table.study_table(frame, source.study, axes, reference, info.get("paper"),

@@ -12,7 +12,8 @@ the same quantity. A smoke run (parent tag ``smoke`` = "True") claims no correla
 so in its title.
 
 Files written to ``out_dir``: ``trials.csv`` (a row per trial: every param and final metric, so
-anyone can recompute every number), ``findings.md``, ``comparisons.csv``, ``paper_table.tex``
+anyone can recompute every number) with ``study.json`` (the study's header: axes, grid,
+reference, paper; :mod:`analysis.trials_file` reads the two back), ``findings.md``, ``comparisons.csv``, ``paper_table.tex``
 (the study in MAE Table 1's form), ``summary.{csv,md,tex}`` (every metric by cell),
 ``correlations.{csv,md}``, for a search ``search.csv`` (its sampled configs ranked within
 each arm, in place of ``comparisons.csv``), ``fig_<what>.<fmt>`` (full text width, 7 in) and
@@ -55,6 +56,7 @@ from mae_core.grid import default_reference
 from .search import chosen_zip, search_ranking
 from .labels import value_text
 from .provenance import provenance
+from .trials_file import write_study_info
 
 from .stats import (
     CORRELATION_COLUMNS,
@@ -599,6 +601,7 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
     by = axes + (["effective_mask_ratio"] if "mask_ratio" in axes and "effective_mask_ratio" in frame else [])
 
     trials_path = _write_trials(frame, axes, out)
+    info_path = write_study_info(info, out)  # with trials.csv, enough to rebuild the tables
     write_findings = _write_search_findings if info.get("search") else _write_findings
     findings, findings_paths = write_findings(frame, study, axes, info, out)
     display, table_paths = _write_tables(frame, study, by, out, info["run_id"])
@@ -607,7 +610,7 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
                                                                           smoke=info["smoke"])
     figs, fig_files = _make_figures(frame, axes, tracking_uri, correlations, risks, out, formats, info)
     recons, recon_files = _reconstructions(frame, axes, tracking_uri, out, formats)
-    files = [p.name for p in [trials_path, *findings_paths, table_path, *table_paths, *correlation_paths]]
+    files = [p.name for p in [trials_path, info_path, *findings_paths, table_path, *table_paths, *correlation_paths]]
     index = out / "index.html"
     failures = [f"{_cell_text({a: row[a] for a in axes}) if axes else study}: {row['note']}"
                 for _, row in display[display["note"] != ""].iterrows()]

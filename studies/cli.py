@@ -584,7 +584,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("study", nargs="?")
     report.add_argument("--paper", nargs="+", metavar="STUDY[=STORE]",
                         help="MAE Table 1 with a sub-table per study (in this order) and Figure 5; "
-                             "STORE: a tracking URI, an mlflow.db or its folder (default: --out's mlflow.db)")
+                             "STORE: a tracking URI, an mlflow.db or its folder (default: --out's mlflow.db), "
+                             "or the trials.csv of a report")
     report.add_argument("--out", default=DEFAULT_OUT,
                         help="the study's output folder, as given to run: its mlflow.db is read (default: mae_runs)")
     report.add_argument("--report-dir", help="where the report goes (default: OUT/STUDY/report, "

@@ -30,9 +30,11 @@ from analysis import figures, paper_table
 from analysis.frame import load_runs, load_study_info
 from analysis.paper import parse_sources, write_paper
 from analysis.report import study_reference, write_report
+from analysis.trials_file import load_trials
 from evaluation import reconstruction_grid
 from mae_core import Config
 from studies.cli import main
+from studies.registry import get_study
 
 SEEDS = (0, 1, 2)
 STUDIES = {  # study -> (axis, values, reference, paper)
@@ -522,6 +524,41 @@ def test_write_paper_without_a_mask_ratio_study_writes_no_figure(stores, tmp_pat
     paths = write_paper(parse_sources([f"mask_token={stores['mask_token']}"], ""), tmp_path)
     assert [p.name for p in paths] == ["table1.tex", "paper_preview.tex"]
     assert r"\input{fig_" not in (tmp_path / "paper_preview.tex").read_text()
+
+
+# --------------------------------------------------------------- a committed report's trials.csv
+
+
+def test_a_reports_trials_csv_gives_back_the_stores_frame_header_and_table(stores, tmp_path):
+    write_report("mask_token", stores["mask_token"], tmp_path, formats=("png",))
+    frame, info = load_trials(tmp_path / "trials.csv", "mask_token")
+    stored = load_runs(stores["mask_token"], "mask_token")
+    header = load_study_info(stores["mask_token"], "mask_token")
+    assert (info["run_id"], info["paper"], info["reference"], info["axes"]) == \
+        (header["run_id"], "MAE Table 1c", {"mask_token_in_encoder": False}, ["mask_token_in_encoder"])
+    assert frame["mask_token_in_encoder"].dtype == bool and frame["seed"].dtype == int
+    shared = [c for c in stored.columns if c in frame.columns]
+    pd.testing.assert_frame_equal(frame[shared], stored[shared], check_dtype=False)
+    from_store = write_paper(parse_sources([f"mask_token={stores['mask_token']}"], ""), tmp_path / "store")
+    from_csv = write_paper(parse_sources([f"mask_token={tmp_path / 'trials.csv'}"], ""), tmp_path / "csv")
+    assert from_csv[0].read_text(encoding="utf-8") == from_store[0].read_text(encoding="utf-8")
+
+
+def test_a_trials_csv_without_study_json_needs_the_full_grid_of_a_builtin_study(stores, tmp_path, capsys):
+    write_report("decoder_depth", stores["decoder_depth"], tmp_path, formats=("png",))
+    (tmp_path / "study.json").unlink()
+    builtin = get_study("decoder_depth")
+    assert set(builtin.axes["decoder_depth"]) == set(STUDIES["decoder_depth"][1])  # the prepared store's grid
+    frame, info = load_trials(tmp_path / "trials.csv", "decoder_depth")
+    assert (info["paper"], info["reference"], info["smoke"]) == (builtin.paper, builtin.reference, False)
+    assert len(frame) == 4 * len(SEEDS)
+    trials = pd.read_csv(tmp_path / "trials.csv")
+    trials[trials["decoder_depth"] <= 2].to_csv(tmp_path / "trials.csv", index=False)  # like a smoke grid
+    capsys.readouterr()  # the report's own progress output
+    with pytest.raises(SystemExit) as stop:
+        main(["report", "--paper", f"decoder_depth={tmp_path / 'trials.csv'}", "--report-dir", str(tmp_path / "p")])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and "not the full grid" in err and "study.json" in err and "\n" not in err
 
 
 # ------------------------------------------------------------------------ the page, in a browser
