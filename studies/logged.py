@@ -102,7 +102,34 @@ def log_dataset_inputs(client: MlflowClient, run_id: str, config: Config, data: 
         features = np.broadcast_to(np.float32(0), _patch_shape(images, data.patch_size))
         dataset = from_numpy(features, targets=labels.numpy(), source=_source(config.dataset),
                              name=config.dataset, digest=split_digest(images, labels, data.patch_size))
-        mlflow.log_input(dataset, context=context)
+        _log_input_once(dataset, context)
+
+
+# MLflow's SQL store looks a dataset up by (experiment, name, digest) and inserts it when absent,
+# in two statements: two trials of a study that start together on the same data both miss it,
+# and the second insert fails the unique constraint (seen on the first two trials of a study).
+# The failed transaction wrote nothing, and the retry finds the other trial's row.
+_INPUT_ATTEMPTS = 3
+
+
+def _log_input_once(dataset, context: str) -> None:
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    for attempt in range(1, _INPUT_ATTEMPTS + 1):
+        try:
+            mlflow.log_input(dataset, context=context)
+            return
+        except MlflowException as error:
+            if attempt == _INPUT_ATTEMPTS or not _is_unique_violation(error):
+                raise
+
+
+def _is_unique_violation(error: Exception) -> bool:
+    """A duplicate-key error from the store: SQLite and PostgreSQL say "unique constraint",
+    MySQL "Duplicate entry"; through a tracking server the same text comes back."""
+    text = str(error).lower()
+    return "unique constraint" in text or "duplicate entry" in text
 
 
 def encoder_megabytes(module: torch.nn.Module) -> float:

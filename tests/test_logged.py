@@ -6,6 +6,7 @@ from __future__ import annotations
 import mlflow
 import mlflow.pytorch
 import numpy as np
+import pytest
 import torch
 from conftest import tiny_config
 from mlflow.tracking import MlflowClient
@@ -86,3 +87,48 @@ def test_logging_the_inputs_makes_no_float_copy_of_the_splits(tmp_path, monkeypa
     assert inputs["train"].digest == logged.content_digest(data.train_patches, data.train_labels)
     assert inputs["test"].digest == logged.content_digest(data.test_patches, data.test_labels)
     assert json.loads(inputs["train"].profile)["features_shape"] == list(data.train_patches.shape)
+
+
+def test_two_trials_that_log_the_same_splits_at_once_both_succeed(tmp_path, monkeypatch):
+    """MLflow's store checks for the dataset, then inserts it: a trial starting beside another
+    can miss the other's row and fail the unique constraint. The race is replayed here by making
+    the store's existence check miss once, after the first trial has logged the same splits."""
+    from mlflow.store.tracking.dbmodels.models import SqlDataset
+    from sqlalchemy.orm import Query
+
+    config = tiny_config()
+    data = prepare_data(config)
+    uri, client, first = _run(tmp_path)
+    with tracking.fluent_run(uri, run_id=first, system_metrics=False):
+        logged.log_dataset_inputs(client, first, config, data)
+    misses = []
+    real_all = Query.all
+
+    def all_missing_once(query):
+        if not misses and query.column_descriptions[0]["entity"] is SqlDataset:
+            misses.append(query)
+            return []  # what the second trial sees before the first trial's insert commits
+        return real_all(query)
+
+    monkeypatch.setattr(Query, "all", all_missing_once)
+    second = tracking.create_run(client, client.get_run(first).info.experiment_id, "trial")
+    with tracking.fluent_run(uri, run_id=second, system_metrics=False):
+        logged.log_dataset_inputs(client, second, config, data)
+    assert misses, "the existence check was not replayed as a miss"
+    digests = [{i.dataset.digest for i in client.get_run(run).inputs.dataset_inputs} for run in (first, second)]
+    assert digests[0] == digests[1] and len(digests[0]) == 2
+
+
+def test_a_store_error_that_is_not_the_race_is_raised_at_once(monkeypatch):
+    from mlflow.exceptions import MlflowException
+
+    calls = []
+
+    def failing(dataset, context):
+        calls.append(context)
+        raise MlflowException("permission denied")
+
+    monkeypatch.setattr(mlflow, "log_input", failing)
+    with pytest.raises(MlflowException, match="permission denied"):
+        logged._log_input_once(object(), "train")
+    assert calls == ["train"]
