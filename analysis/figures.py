@@ -356,6 +356,9 @@ def _draw_panel(ax, data: pd.DataFrame, axis: str, metric: str, hue: str | None,
             # unclipped: a seed at exactly 100% sits on the axes' edge and stays whole
             ax.scatter(x + jitter, y, s=9, color=colour, alpha=0.45, lw=0, zorder=2, clip_on=False,
                        transform=offset_copy(ax.transData, fig=ax.figure, x=-SEED_OFFSET, units="points"))
+            # drawn through a shifted transform, the seeds are left out of the autoscaled limits:
+            # a seed beyond its mean's interval would sit on or under the axes' edge
+            ax.update_datalim(np.column_stack([x + jitter, y]))
             interval = mean_interval(y, bounds)
             xs.append(x), means.append(interval.mean)
             lows.append(interval.mean - interval.low if interval.low == interval.low else 0.0)

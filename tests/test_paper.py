@@ -224,6 +224,31 @@ def test_no_point_is_hidden_and_every_point_is_inside_its_axes(frames, size):
             figures.close(fig)
 
 
+@pytest.mark.parametrize("axis", ["mask_ratio", "decoder_depth"])  # a continuous and a categorical x
+def test_a_seed_outside_its_means_interval_is_still_inside_the_axes(frames, axis):
+    """A seed can lie beyond the 95% interval of its cell's mean (republished mask_ratio at
+    ρ = 0.9375: a seed at 82.3% below an interval down to 83.1%); the axes must reach it too."""
+    frame = frames[axis]
+    cell = frame[frame[axis] == frame[axis].max()]
+    extra = cell.iloc[:2].assign(seed=[3, 4])  # five seeds: one can lie outside the interval
+    frame = pd.concat([frame[frame[axis] != frame[axis].max()], cell, extra], ignore_index=True)
+    last = frame.index[frame[axis] == frame[axis].max()]
+    frame.loc[last, "finetune_acc"] = [0.92, 0.92, 0.92, 0.92, 0.80]  # 89.6 ± 6.7: 80 is outside
+    fig = figures.metric_vs_axis(frame, axis, ["finetune_acc"], width=figures.WIDTHS["column"])
+    try:
+        fig.canvas.draw()
+        points = _points(fig)
+        assert sum(len(p) for _, p in points) == len(frame)
+        (ax,) = fig.axes
+        box = ax.get_window_extent()
+        ys = np.concatenate([coords[:, 1] for _, coords in points])
+        assert (ys >= box.y0 - 0.5).all() and (ys <= box.y1 + 0.5).all()  # 100% may sit on the top edge
+        radius = 1.5 * fig.dpi / 72  # a seed marker's radius: the outlier's whole marker is inside
+        assert ys.min() - radius >= box.y0
+    finally:
+        figures.close(fig)
+
+
 def test_the_correlation_is_written_below_the_axes(frames):
     fig = _builders(frames)["scatter"](figures.WIDTHS["column"])
     try:
