@@ -249,6 +249,21 @@ def test_a_seed_outside_its_means_interval_is_still_inside_the_axes(frames, axis
         figures.close(fig)
 
 
+def test_figure_5_shows_partial_fine_tuning_when_the_study_varies_it(frames):
+    frame = frames["decoder_depth"].assign(partial_finetune_acc=0.9)
+    fig = figures.probe_and_finetune(frame, "decoder_depth", width=figures.WIDTHS["full"])
+    try:
+        assert [ax.get_ylabel().replace("\n", " ") for ax in fig.axes] == [
+            "linear probe accuracy (%)", "partial fine-tuning accuracy (%)"]
+    finally:
+        figures.close(fig)
+    fig = figures.probe_and_finetune(frames["decoder_depth"], "decoder_depth", width=figures.WIDTHS["full"])
+    try:
+        assert fig.axes[1].get_ylabel().replace("\n", " ") == "fine-tuning accuracy (%)"
+    finally:
+        figures.close(fig)
+
+
 def test_the_correlation_is_written_below_the_axes(frames):
     fig = _builders(frames)["scatter"](figures.WIDTHS["column"])
     try:
