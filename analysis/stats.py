@@ -420,8 +420,11 @@ def rank_correlations(frame: pd.DataFrame, risks: list[str], downstream: list[st
 
     A *stratum* is a set of trials whose risk is the same quantity: they share every key of
     :data:`STRATUM_KEYS` (the config keys of ``RISK_MEANING_AXES``, which change what a risk
-    measures, plus the training length ``steps``) present in ``frame``; ``stratum`` names the
-    keys that vary in ``frame`` ("all trials" when none does). Correlations are computed only
+    measures, plus the training length ``steps``) present in ``frame``, and every evaluation
+    setting (``eval.*``) that varies: trials that differ only in how they are evaluated share
+    their pretrained encoder, so across them one model would count as several (partial_finetune:
+    four cells, one encoder per seed). ``stratum`` names the keys that vary in ``frame`` ("all
+    trials" when none does). Correlations are computed only
     within a stratum: across the cells it holds (cells differ on the other ``axes``), or within
     one cell across its seeds. The bootstrap resamples cells (every trial of a drawn cell goes
     along) when a stratum holds several cells (at least :data:`MIN_CLUSTERS` are needed),
@@ -432,7 +435,8 @@ def rank_correlations(frame: pd.DataFrame, risks: list[str], downstream: list[st
     ``frame`` are skipped.
     """
     finished = frame[frame["status"] == FINISHED] if "status" in frame else frame
-    keys = [k for k in STRATUM_KEYS if k in finished]
+    evaluation = [c for c in finished.columns if c.startswith("eval.") and finished[c].nunique(dropna=False) > 1]
+    keys = [k for k in STRATUM_KEYS if k in finished] + evaluation
     shown = [k for k in keys if finished[k].nunique(dropna=False) > 1]
     cell_keys = [a for a in axes if a in finished]
     strata = finished.groupby(keys, dropna=False, sort=True) if keys else [((), finished)]

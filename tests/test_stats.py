@@ -276,6 +276,22 @@ def test_correlations_stay_within_strata_where_the_risk_means_the_same():
     assert "Too few" in correlation_reading(table)
 
 
+def test_cells_that_differ_only_in_evaluation_are_not_correlated_as_separate_models():
+    """partial_finetune's four cells evaluate one encoder per seed four ways: their risks and
+    frozen probes repeat, and a cluster bootstrap over such cells has no spread (it claimed
+    ρ = +0.30 [+0.30, +0.30]). Each evaluation setting is its own stratum: five encoders each."""
+    rng = np.random.default_rng(5)
+    encoders = [(0.06 + rng.normal(0, 0.002), 0.9 + rng.normal(0, 0.02)) for _ in range(5)]
+    rows = [{"status": "FINISHED", "eval.finetune_blocks": blocks, "seed": seed, "steps": 1000,
+             "test_mae_risk": risk, "probe_linear_acc": probe}
+            for blocks in ("0", "1", "2", "all") for seed, (risk, probe) in enumerate(encoders)]
+    table = rank_correlations(pd.DataFrame(rows), ["test_mae_risk"], ["probe_linear_acc"],
+                              axes=["eval.finetune_blocks"], n_boot=200)
+    assert list(table["stratum"]) == [f"eval.finetune_blocks={b}" for b in ("0", "1", "2", "all")]
+    assert list(table["n"]) == [5] * 4 and table["spearman_rho"].isna().all()
+    assert table["reason"].str.contains("fewer than 8").all()
+
+
 def test_a_cluster_bootstrap_over_too_few_cells_claims_nothing():
     x = np.arange(12.0)
     result = correlation_with_interval(x, -x, clusters=[0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2])
