@@ -3,8 +3,9 @@
 
 The two reports are two runs of the lesson study that differ only in the decoder, with the
 same seeds and data splits, so each mask ratio's trials pair by seed (the initial weights
-differ: a bigger decoder takes more draws from the seed's generator). Holm-corrected over the four ratios of each metric; the claim is "the larger decoder is
-better" (lower risk, higher accuracy). Writes ``lesson_large_decoder/against_lesson.csv`` and
+differ: a bigger decoder takes more draws from the seed's generator). Holm-corrected over the
+four ratios of each metric; the claim is "the larger decoder is better" (lower risk, higher
+accuracy). Writes ``lesson_large_decoder/against_lesson.csv`` and
 prints it as a Markdown table.
 
     .venv/bin/python docs/results/lesson_decoders.py
