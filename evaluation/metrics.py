@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ACCURACY = "accuracy (test split)"
+ACCURACY_DELTA = 0.01  # one point: the default smallest accuracy difference a claim cares about
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,10 @@ class Metric:
     reference: str | None = None  # the metric it is read against (random init, mean pixel)
     reference_name: str | None = None  # how this metric is called in a legend when it is a reference
     baselines: tuple[str, ...] = ()  # further metrics it is read against (raw pixels, tuned from scratch)
+    # The smallest effect of interest a claim on this metric uses when it names none (metric
+    # units): one point of accuracy. None where no default makes sense across studies (a risk's
+    # scale depends on the target and the data), so a claim on it must give its own ``delta``.
+    delta: float | None = None
 
 
 def _risk(name: str, label: str, plain: str) -> Metric:
@@ -37,17 +42,17 @@ def _risk(name: str, label: str, plain: str) -> Metric:
 
 def _probe(name: str, what: str, plain: str, reference: str | None, baselines: tuple[str, ...] = ()) -> Metric:
     return Metric(name, "downstream", f"{what} {ACCURACY}", plain, "fraction", False, reference,
-                  baselines=baselines)
+                  baselines=baselines, delta=ACCURACY_DELTA)
 
 
 def _random(name: str, plain: str, reference_name: str | None = None) -> Metric:
     return Metric(name, "reference", f"{plain} (random init)", f"{plain} of a random-init encoder",
-                  "fraction", False, reference_name=reference_name)
+                  "fraction", False, reference_name=reference_name, delta=ACCURACY_DELTA)
 
 
 def _pixel(name: str, plain: str) -> Metric:
     return Metric(name, "reference", f"{plain} (raw pixels)", f"{plain} on raw pixels",
-                  "fraction", False, reference_name="raw pixels")
+                  "fraction", False, reference_name="raw pixels", delta=ACCURACY_DELTA)
 
 
 def _chosen(prefix: str, whose: str) -> tuple[Metric, ...]:
@@ -93,7 +98,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _pixel("pixel_probe_knn_acc", "kNN accuracy"),
     Metric("scratch_best_finetune_acc", "reference", "fine-tuning accuracy (from scratch, tuned length)",
            "accuracy of a model trained from scratch for the length best on validation", "fraction",
-           False, reference_name="from scratch (tuned length)"),
+           False, reference_name="from scratch (tuned length)", delta=ACCURACY_DELTA),
     Metric("scratch_best_finetune_steps", "bookkeeping", "from-scratch training length (updates)",
            "from-scratch training length chosen on validation", "steps", False),
     *_chosen("probe_", "pretrained"), *_chosen("random_probe_", "random init"),
