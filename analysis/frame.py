@@ -37,7 +37,7 @@ class ReportError(UserError):
 # (an MAE's all-visible error) are columns of the tables but never risks: nothing correlates
 # or plots them as one.
 FINAL_METRICS = (*RISK_METRICS, "test_mae_risk_stderr", "test_baseline_risk", *DIAGNOSTIC_METRICS,
-                 *DOWNSTREAM_METRICS, *REFERENCE_METRICS, "scratch_best_finetune_steps",
+                 *DOWNSTREAM_METRICS, *REFERENCE_METRICS, "scratch_best_finetune_steps", "finetune_best_steps",
                  "data_train_test_duplicates", "train_loss", "train_seconds")
 
 # Params the config derives (Config.resolved()) rather than declares: their types. The
@@ -264,7 +264,8 @@ def load_study_info(tracking_uri: str, study: str, experiment: str = "mae-study"
     ``smoke`` tag (True only for "True"), ``paper`` and ``reference`` (the tag's JSON mapping of
     axis -> value, None where the tag is absent or unreadable), ``zip`` (the zipped groups, a
     list of key -> values mappings; empty for none) and ``search`` (the search's algorithm,
-    samples, metric, mode and space; None for a grid)."""
+    samples, metric, mode and space; None for a grid) and ``claims`` (the study file's declared
+    claims as written, empty for none)."""
     parent, _ = _study_runs(tracking_uri, study, experiment, parent_run_id, smoke)
     tags = parent.data.tags
     try:
@@ -276,11 +277,12 @@ def load_study_info(tracking_uri: str, study: str, experiment: str = "mae-study"
     except json.JSONDecodeError:
         reference = None
     zipped, search = _json_tag(tags, "zip", list), _json_tag(tags, "search", dict)
+    claims = [c for c in _json_tag(tags, "claims", list) or [] if isinstance(c, dict)]
     return {"run_id": parent.info.run_id, "run_name": parent.info.run_name,
             "start_time": parent.info.start_time, "axes": _axes_of(parent), "grid": grid,
             "smoke": is_smoke(parent), "paper": tags.get("paper"),
             "reference": reference if isinstance(reference, dict) else None,
-            "zip": [g for g in zipped or [] if isinstance(g, dict)], "search": search}
+            "zip": [g for g in zipped or [] if isinstance(g, dict)], "search": search, "claims": claims}
 
 
 def _json_tag(tags: dict[str, str], key: str, kind: type):

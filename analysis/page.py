@@ -1,6 +1,6 @@
 """A study's ``index.html``: one self-contained page that explains itself.
 
-In reading order: what was run (data, model, length, seeds, the exact command, commit, machine,
+In reading order: the declared claims and their verdicts (a forest plot, then the table), what was run (data, model, length, seeds, the exact command, commit, machine,
 date), the findings in words (the verdicts of :mod:`analysis.stats`), the compact table in MAE
 Table 1's form, the figures with their captions, the reconstructions, the rank correlations,
 every metric by cell (folded away, it is wide), and links to every file. Figures are embedded
@@ -66,6 +66,10 @@ class PageContent:
     numbers_file: str = "comparisons.csv"  # search.csv for a search
     baselines_text: str = ""  # how the baselines are compared (shown only with a table)
     baselines_table: pd.DataFrame = field(default_factory=pd.DataFrame)  # each row against each baseline
+    claims_text: str = ""  # how the declared claims were decided (analysis.claims_report.claims_text)
+    claims_table: pd.DataFrame = field(default_factory=pd.DataFrame)  # a row per hypothesis, as text
+    claims_figure: Figure | None = None  # the forest plot
+    claims_skipped: list[str] = field(default_factory=list)  # claims this run could not decide, and why
 
 
 def html_table(table: pd.DataFrame) -> str:
@@ -100,6 +104,21 @@ def _baselines(content: PageContent) -> list[str]:
             "<p class='meta'>Every number: <a href='baselines.csv'><code>baselines.csv</code></a>.</p>"]
 
 
+def _claims(content: PageContent) -> list[str]:
+    """The declared claims first: the forest plot, the words, the table, what was not decided."""
+    if not len(content.claims_table) and not content.claims_skipped:
+        return []
+    e = html.escape
+    counts = ", ".join(f"{n} {e(v)}" for v, n in content.claims_table["verdict"].value_counts().items()) \
+        if len(content.claims_table) else "none decided"
+    return ["<h2>Declared claims</h2>", f"<p>{e(content.claims_text)}</p>",
+            *([_figure(content.claims_figure)] if content.claims_figure is not None else []),
+            f"<p class='meta'>Verdicts: {counts}.</p>",
+            html_table(content.claims_table) if len(content.claims_table) else "",
+            *(f"<p class='meta'>{e(line)}</p>" for line in content.claims_skipped),
+            "<p class='meta'>Every number: <a href='claims.csv'><code>claims.csv</code></a>.</p>"]
+
+
 def render(content: PageContent) -> str:
     """The whole page as one HTML string."""
     e = html.escape
@@ -112,8 +131,9 @@ def render(content: PageContent) -> str:
         f"<title>mae-study report: {e(content.study)}{smoke}</title><style>{CSS}</style></head><body>",
         f"<h1>Study <code>{e(content.study)}</code>{smoke}</h1>",
         f"<p class='sub'>{mirrors}Every row of every trial: <a href='trials.csv'><code>trials.csv</code></a>.</p>",
+        *_claims(content),
         "<h2>What was run</h2>", _run_table(content.run_rows), content.notes_html,
-        "<h2>Findings</h2>", f"<p>{e(content.findings_text)}</p>",
+        "<h2>Exploratory comparisons</h2>", f"<p>{e(content.findings_text)}</p>",
         html_table(content.findings_table) if len(content.findings_table) else "",
         f"<p class='meta'>Every number behind these words: <a href='{e(content.numbers_file)}'>"
         f"<code>{e(content.numbers_file)}</code></a>.</p>",

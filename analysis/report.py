@@ -36,7 +36,7 @@ from matplotlib.figure import Figure
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from . import figures, page, paper_table
+from . import claims_report, figures, page, paper_table
 from mae_core.files import FolderNotWritable, writable_folder
 
 from .frame import (
@@ -55,6 +55,7 @@ from mae_core.grid import default_reference
 
 from .search import chosen_zip, search_ranking
 from .labels import value_text
+from .markdown import markdown_table
 from .provenance import provenance
 from .trials_file import write_study_info
 
@@ -82,6 +83,10 @@ SMOKE_NOTE = "smoke run: no correlation claimed"
 
 
 _Figure = page.Figure
+CLAIMS_CAPTION = ("Each declared claim's effect (cell − reference, paired by seed) with its simultaneous interval, "
+                  "in units of the claim's smallest effect of interest and oriented so that right is better; "
+                  "the grey band is ±delta. Colour and word: the verdict (better, worse, equivalent within "
+                  "±delta, inconclusive).")
 
 
 # --------------------------------------------------------------------------------- tables
@@ -122,16 +127,6 @@ def display_table(summary: pd.DataFrame, by: Sequence[str], metrics: Sequence[st
         table[metric] = cells
     table["note"] = [_note(row) for _, row in summary.iterrows()]
     return table
-
-
-def markdown_table(table: pd.DataFrame) -> str:
-    """A GitHub-style Markdown table (no tabulate dependency)."""
-    def cell(value) -> str:
-        return str(value).replace("|", "\\|").replace("\n", " ")
-    lines = ["| " + " | ".join(map(cell, table.columns)) + " |",
-             "|" + "|".join("---" for _ in table.columns) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
-    return "\n".join(lines) + "\n"
 
 
 _LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
@@ -519,7 +514,9 @@ def _write_findings(frame: pd.DataFrame, study: str, axes: list[str], info: dict
     display = _findings_display(comparisons, axes)
     source = ("named by the study (its run's reference tag)" if named else
               "the documented default (the cell at the Config defaults, else the grid's first cell)")
-    text = (f"Reference row: {_cell_text(reference)}, {source}. Each row is compared with it on "
+    text = (f"Exploratory, not the study's declared claims (those are decided above, in claims.csv, "
+            f"as one family): every row against the reference, per metric. "
+            f"Reference row: {_cell_text(reference)}, {source}. Each row is compared with it on "
             f"every downstream accuracy (and on the risks when no axis changes what a risk "
             f"measures), paired by seed: the difference is row − reference over the seeds both "
             f"finished, with a 95% t-interval and a paired t-test whose p is Holm-corrected "
@@ -527,7 +524,9 @@ def _write_findings(frame: pd.DataFrame, study: str, axes: list[str], info: dict
             f"(higher accuracy, lower risk): \"supported\" when the Holm p is below 0.05 and "
             f"the difference lies that way, \"contradicted\" when it is below 0.05 the other "
             f"way, otherwise \"not resolved at n=N\" with the smallest difference that n pairs "
-            f"at the observed spread would detect with 80% power (two-sided α = 0.05).")
+            f"at the observed spread would detect with 80% power (two-sided α = 0.05, not adjusted "
+            f"for the other rows; the interval is not adjusted either). \"Not resolved\" is not "
+            f"evidence of no effect: only an equivalence test (a declared claim) can show that.")
     if not axes:
         text = "The study has a single cell, so no row is compared with a reference."
     elif not len(comparisons):
@@ -604,13 +603,16 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
     info_path = write_study_info(info, out)  # with trials.csv, enough to rebuild the tables
     write_findings = _write_search_findings if info.get("search") else _write_findings
     findings, findings_paths = write_findings(frame, study, axes, info, out)
+    claims = claims_report.decide(frame, study, info, info.get("claims") or [], "before the run")
+    claim_paths, claims_png = claims_report.write_claims(claims, study, out, formats)
     display, table_paths = _write_tables(frame, study, by, out, info["run_id"])
     table, table_path = _write_paper_table(frame, study, axes, info, findings.reference, out)
     correlations, reading, risks, correlation_paths = _write_correlations(frame, study, axes, out,
                                                                           smoke=info["smoke"])
     figs, fig_files = _make_figures(frame, axes, tracking_uri, correlations, risks, out, formats, info)
     recons, recon_files = _reconstructions(frame, axes, tracking_uri, out, formats)
-    files = [p.name for p in [trials_path, info_path, *findings_paths, table_path, *table_paths, *correlation_paths]]
+    files = [p.name for p in [trials_path, info_path, *claim_paths, *findings_paths, table_path, *table_paths,
+                              *correlation_paths]]
     index = out / "index.html"
     failures = [f"{_cell_text({a: row[a] for a in axes}) if axes else study}: {row['note']}"
                 for _, row in display[display["note"] != ""].iterrows()]
@@ -623,6 +625,9 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
         reconstructions=recons, correlation_reading=reading, correlations=correlations.round(3),
         summary=display, files=files + fig_files + recon_files + [index.name],
         notes_html=outside_procedure_note(frame),
-        numbers_file="search.csv" if info.get("search") else "comparisons.csv")
+        numbers_file="search.csv" if info.get("search") else "comparisons.csv",
+        claims_text=claims.text, claims_table=claims_report.display_table(claims.table),
+        claims_figure=_Figure("claims", CLAIMS_CAPTION, claims_png) if claims_png else None,
+        claims_skipped=claims.skipped)
     index.write_text(page.render(content), encoding="utf-8")
     return index

@@ -156,6 +156,8 @@ def plan_tags(plan: StudyPlan) -> dict[str, str]:
         tags["zip"] = json.dumps(plan.zipped, default=str)
     if plan.search is not None:
         tags["search"] = plan.search.tag()
+    if plan.study.claims:  # compact: the report completes them against the grid that ran
+        tags["claims"] = json.dumps(plan.study.claims, default=str, separators=(",", ":"))
     return tags
 
 

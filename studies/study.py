@@ -58,6 +58,9 @@ class Study:
     smoke_zipped: Zipped | None = None  # the zipped groups for --smoke, if smaller
     # A study file's ``search`` block (space, algorithm, samples, metric): studies.search.make_search reads it
     search: dict[str, Any] | None = None
+    # The claims declared before the run, as the study file spells them (analysis.claims checks
+    # them against the grid; the parent run's ``claims`` tag carries them to the report).
+    claims: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.reference is None:

@@ -12,6 +12,9 @@
     smoke_zip: {encoder_width: [32], encoder_heads: [2]}     # smaller zipped groups for --smoke
     eval: {finetune_steps: 200}         # eval.* keys: probes and fine-tuning
     reference: {decoder_depth: 4, mask_ratio: 0.75, encoder_width: 64, encoder_heads: 4}  # the row the others are compared with
+    claims:                             # declared before the run; decided by the report (analysis.claims)
+      - {name: deep_decoder_helps, metric: probe_linear_acc, kind: vs_reference, direction: better,
+         cells: [{decoder_depth: 1}], delta: 0.01}
     search: {space: {lr: "loguniform:1e-4:1e-2"}, samples: 8, algorithm: random, metric: probe_linear_acc}
 
 The grid is the full factorial of ``axes`` times one row of each ``zip`` group (a group's keys
@@ -34,6 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from mae_core.config import ConfigError
 from mae_core.errors import UserError, first_problem
 from mae_core.files import read_yaml_mapping
+
+from analysis.claims import check_claims
 
 from .search import DEFAULT_METRIC, DEFAULT_SAMPLES, SearchError, check_space, make_search
 from .study import Study
@@ -75,6 +80,7 @@ class StudyFile(BaseModel):
     eval: dict[str, Any] = {}
     reference: dict[str, Any] | None = None
     search: SearchBlock | None = None
+    claims: list[Any] | None = None  # checked by analysis.claims.check_claims against the grid
 
 
 def _one_line(error: ValidationError) -> str:
@@ -130,7 +136,9 @@ def load_study_file(path: str | Path) -> Study:
         study = Study(name=spec.name or path.stem, paper=spec.paper, doc=spec.doc or spec.paper,
                       base=spec.base, axes=spec.axes or {}, seeds=tuple(spec.seeds), smoke=spec.smoke,
                       smoke_axes=spec.smoke_axes, evaluation=spec.eval, reference=spec.reference,
-                      zipped=zipped, smoke_zipped=smoke_zipped, search=search)
+                      zipped=zipped, smoke_zipped=smoke_zipped, search=search,
+                      claims=tuple(spec.claims or ()))
+        check_claims(spec.claims, study.grid_axes(), study.grid_zipped(), study.reference_cell())
         for smoke in (False, True):
             study.configs(smoke=smoke)
         if search:
@@ -223,6 +231,13 @@ eval:                      # probe and fine-tuning settings (eval.* keys)
 reference:                 # the row every other row is compared with, paired by seed
   decoder_depth: 2
   mask_ratio: 0.75
+claims:                    # declared before the run; the report decides each one as better, worse,
+  - name: deeper_decoder_helps_linear   # equivalent (within ±delta) or inconclusive (with the seeds it needs)
+    metric: probe_linear_acc
+    kind: vs_reference     # vs_reference | peak (cell: beats every other) | trend (axis) | vs_baseline (baseline)
+    direction: better      # better | worse | two-sided
+    cells: [{decoder_depth: 4}]
+    delta: 0.01            # the smallest effect of interest, in the metric's units (accuracies: 0.01)
 # search:                  # sample keys from ranges for every arm of the grid above (each sample runs
 #   space:                 # once per seed); the command line's --search/--samples/--metric override it
 #     lr: "loguniform:1e-4:1e-2"   # also uniform:LOW:HIGH, randint:LOW:HIGH (both ends), choice:A,B

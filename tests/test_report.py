@@ -428,7 +428,7 @@ def test_findings_use_the_reference_the_study_named(tmp_path):
     # one stratum (mask_sampling leaves the risk's meaning alone): 24 trials, but only 3 cells
     row = correlations[(correlations["risk"] == "test_mae_risk") & (correlations["downstream"] == "probe_linear_acc")].iloc[0]
     assert (row["n"], row["n_clusters"]) == (24, 3) and math.isnan(row["spearman_rho"])
-    assert row["reason"].startswith("3 cells, fewer than 4 for a cluster bootstrap")
+    assert row["reason"].startswith("not enough trials: 3 of 10 independent clusters")
 
 
 def test_a_smoke_report_claims_no_correlation_and_says_so(tmp_path):

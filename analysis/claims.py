@@ -1,0 +1,559 @@
+"""Declared claims and their four verdicts: what a study answers.
+
+A study file declares its claims before it runs (``claims:``, checked by :func:`check_claims`
+with the file); a report decides each one from the trials (:func:`decide_claims`). Every claim
+is a question about one metric with a smallest effect of interest ``delta`` (metric units):
+
+* ``vs_reference``: each listed cell against the study's reference cell, paired by seed;
+* ``peak``: one cell beats every other cell (an intersection-union test: it is ``better`` only
+  when every comparison is; it is ``worse`` when some cell beats it);
+* ``trend``: the metric moves one way at every step of an axis (the other axes at the
+  reference), again intersection-union over the adjacent steps;
+* ``vs_baseline``: a cell against a baseline measured in the same runs (``random_probe_*``,
+  ``pixel_probe_*``, ``scratch_best_finetune_acc``), paired within each run.
+
+Each hypothesis (a cell of a ``vs_reference`` or ``vs_baseline`` claim, or a whole ``peak`` or
+``trend`` claim) gets one of four verdicts:
+
+* ``better`` / ``worse``: the paired t-test's p, Holm-adjusted over the study's family (every
+  hypothesis of every declared claim: one family per study), is below α, and the difference
+  lies that way ("better" in the metric's sense: higher accuracy, lower risk);
+* ``equivalent``: the paired TOST (``statsmodels.stats.weightstats.ttost_paired``) with bounds
+  ±delta, Holm-adjusted over the same family, is below α, i.e. the difference is shown to be
+  smaller than the smallest effect of interest (checked before better/worse: a difference
+  shown to exist but shown smaller than delta is no effect of interest);
+* ``inconclusive``: neither, with ``n_needed``, the seeds that would decide it at the observed
+  effect and an upper confidence bound of the observed spread (see :func:`seeds_needed`).
+
+"Inconclusive" is never "no effect". The interval of each row is the paired t-interval at the
+family's Bonferroni level 1 - α/m (m hypotheses), simultaneous for the whole family and so
+never narrower than Holm's decisions need. Beside every verdict stand two robustness checks: a
+mixed model (cell fixed, seed random: ``statsmodels`` MixedLM) decided by the same rules, and
+the exact sign-flip p (scipy's permutation test) where n ≥ 6; the report flags every claim
+whose verdict differs between the paired t and the model.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from scipy import stats as sps
+from statsmodels.regression.mixed_linear_model import MixedLM
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.power import TTestPower
+from statsmodels.stats.weightstats import ttost_paired
+
+from evaluation.metrics import METRICS
+from mae_core.grid import find_cell, grid_cells, typed_value
+
+from .stats import FINISHED, cell_mask
+
+ALPHA = 0.05  # the family-wise error rate of a study's claims
+POWER = 0.80  # the power n_needed plans for
+SD_BOUND = 0.80  # one-sided confidence of the spread's upper bound n_needed plans with
+MIN_SIGNFLIP_N = 6  # below this an exact sign-flip test cannot reach p < 0.05 (2/2⁵ = 0.0625)
+MAX_SEEDS = 1000  # n_needed is written as this when more would be needed (or it cannot be reached)
+
+KINDS = ("vs_reference", "peak", "trend", "vs_baseline")
+DIRECTIONS = ("better", "worse", "two-sided")
+VERDICTS = ("better", "worse", "equivalent", "inconclusive")
+CLAIM_KINDS_OF_METRIC = ("risk", "downstream", "reference", "diagnostic")  # what a claim may be about
+# The columns other tools read, then the robustness and bookkeeping columns.
+CLAIM_COLUMNS = ["study", "claim", "kind", "metric", "cell", "reference", "n", "effect", "ci_low", "ci_high",
+                 "p_adjusted", "delta", "verdict", "n_needed"]
+EXTRA_COLUMNS = ["direction", "outcome", "p", "p_equivalence", "p_equivalence_adjusted", "ci_level",
+                 "family_size", "model_effect", "model_p_adjusted", "model_verdict", "robust", "signflip_p",
+                 "declared"]
+
+
+class ClaimSpec(BaseModel):
+    """One entry of a study file's ``claims:`` list."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.+-]+$")
+    metric: str
+    kind: Literal["vs_reference", "peak", "trend", "vs_baseline"]
+    direction: Literal["better", "worse", "two-sided"] = "better"
+    delta: float | None = Field(None, gt=0)  # smallest effect of interest; None: the metric table's
+    cells: list[dict[str, Any]] | None = None  # vs_reference / vs_baseline: the cells compared
+    cell: dict[str, Any] | None = None  # peak: the cell claimed to beat every other
+    axis: str | None = None  # trend: the axis (default: the grid's only axis); peak: compare along it only
+    baseline: str | None = None  # vs_baseline: the baseline's metric (default: the metric's random init)
+
+
+def _spec_problem(error: ValidationError, number: int) -> str:
+    problem = error.errors()[0]
+    key = ".".join(str(part) for part in problem["loc"])
+    if problem["type"] == "extra_forbidden":
+        return f"claims[{number}]: unknown key {key!r}; allowed: {', '.join(ClaimSpec.model_fields)}"
+    if problem["type"] == "missing":
+        return f"claims[{number}].{key}: required"
+    return f"claims[{number}].{key}: {problem['msg']}"
+
+
+def check_claims(raw: Any, axes: dict[str, list[Any]], zipped: tuple = (),
+                 reference: dict[str, Any] | None = None) -> tuple[dict[str, Any], ...]:
+    """The claims of a study file, validated against its grid and completed.
+
+    Raises ValueError with one line naming ``claims[i].key`` and what is allowed. Returns one
+    JSON-ready mapping per claim: ``name, metric, kind, direction, delta`` (the metric table's
+    default filled in), ``reference`` (the reference cell), ``cells`` (every cell compared, each
+    naming every varied key: for ``peak`` the competitors, for ``trend`` the cells along the
+    axis in order), ``cell`` (``peak``: the claimed peak), ``axis`` and ``baseline``. A cell may
+    name only some keys; the rest are the reference's.
+    """
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ValueError("claims: a list of claims (each with name, metric, kind, direction, delta)")
+    grid = grid_cells(axes, zipped)
+    varied = list(axes) + [key for group in zipped for key in group]
+    reference = dict(reference or (grid[0] if grid else {}))
+    claims, names = [], set()
+    for number, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise ValueError(f"claims[{number}]: a mapping (name, metric, kind, direction, delta)")
+        try:
+            spec = ClaimSpec(**item)
+        except ValidationError as error:
+            raise ValueError(_spec_problem(error, number)) from None
+        where = f"claims[{number}]"
+        if spec.name in names:
+            raise ValueError(f"{where}.name: {spec.name!r} is declared twice; each claim needs its own name")
+        names.add(spec.name)
+        claims.append(_complete(spec, where, grid, varied, reference, axes, zipped))
+    return tuple(claims)
+
+
+def _metric_problem(metric: str) -> str | None:
+    known = METRICS.get(metric)
+    if known is not None and known.kind in CLAIM_KINDS_OF_METRIC:
+        return None
+    allowed = [m.name for m in METRICS.values() if m.kind in CLAIM_KINDS_OF_METRIC]
+    return f"unknown metric {metric!r}; allowed: {', '.join(allowed)}"
+
+
+def _complete(spec: ClaimSpec, where: str, grid: list[dict], varied: list[str], reference: dict,
+              axes: dict[str, list[Any]], zipped: tuple) -> dict[str, Any]:
+    problem = _metric_problem(spec.metric)
+    if problem:
+        raise ValueError(f"{where}.metric: {problem}")
+    delta = spec.delta if spec.delta is not None else METRICS[spec.metric].delta
+    if delta is None:
+        raise ValueError(f"{where}.delta: {spec.metric} has no default smallest effect of interest "
+                         f"(its scale depends on the target and data); give delta in its units")
+
+    def full(cell: dict[str, Any], key: str) -> dict[str, Any]:
+        unknown = [k for k in cell if k not in varied]
+        if unknown:
+            raise ValueError(f"{where}.{key}: {unknown[0]!r} is not varied by the study (varied: "
+                             f"{', '.join(varied) or 'nothing'})")
+        found = find_cell({**reference, **cell}, axes, zipped)
+        if found is None:
+            raise ValueError(f"{where}.{key}: {cell} is not a cell of the study's grid")
+        return {k: typed_value(k, v) for k, v in found.items()}
+
+    claim: dict[str, Any] = {"name": spec.name, "metric": spec.metric, "kind": spec.kind,
+                             "direction": spec.direction, "delta": float(delta),
+                             "reference": full({}, "reference"), "cell": None, "axis": spec.axis,
+                             "baseline": None}
+    same = lambda a, b: all(str(a[k]) == str(b[k]) for k in varied)  # noqa: E731
+    if spec.kind == "vs_reference":
+        cells = [full(c, f"cells[{i}]") for i, c in enumerate(spec.cells)] if spec.cells else [
+            full(c, "cells") for c in grid if not same(c, reference)]
+        if any(same(c, claim["reference"]) for c in cells):
+            raise ValueError(f"{where}.cells: the reference cell cannot be compared with itself")
+        if not cells:
+            raise ValueError(f"{where}.cells: the grid has no cell besides the reference")
+        claim["cells"] = cells
+    elif spec.kind == "vs_baseline":
+        baseline = spec.baseline or METRICS[spec.metric].reference
+        known = METRICS.get(baseline or "")
+        if known is None or known.kind not in ("reference", "baseline"):
+            allowed = [m.name for m in METRICS.values() if m.kind in ("reference", "baseline")]
+            raise ValueError(f"{where}.baseline: {baseline!r} is not a baseline metric; allowed: "
+                             f"{', '.join(allowed)}")
+        claim["baseline"] = baseline
+        claim["cells"] = [full(c, f"cells[{i}]") for i, c in enumerate(spec.cells)] if spec.cells else [
+            claim["reference"]]
+    elif spec.kind == "peak":
+        if not spec.cell:
+            raise ValueError(f"{where}.cell: required for a peak claim (the cell claimed to beat every other)")
+        peak = full(spec.cell, "cell")
+        if spec.axis is not None and spec.axis not in axes:
+            raise ValueError(f"{where}.axis: {spec.axis!r} is not an axis (axes: {', '.join(axes)})")
+        others = [c for c in grid if not same(c, peak)
+                  and (spec.axis is None or all(str(c[k]) == str(peak[k]) for k in varied if k != spec.axis))]
+        if not others:
+            raise ValueError(f"{where}.cell: no other cell to beat")
+        claim.update(cell=peak, cells=[full(c, "cells") for c in others])
+    else:  # trend
+        axis = spec.axis or (next(iter(axes)) if len(axes) == 1 else None)
+        if axis is None or axis not in axes:
+            raise ValueError(f"{where}.axis: name the axis of the trend (axes: {', '.join(axes) or 'none'})")
+        if len(axes[axis]) < 2:
+            raise ValueError(f"{where}.axis: {axis} has one value; a trend needs at least two")
+        try:
+            values = sorted(axes[axis])
+        except TypeError:
+            values = list(axes[axis])  # unordered values: the file's order is the trend's
+        claim.update(axis=axis, cells=[full({axis: v}, "axis") for v in values])
+    return claim
+
+
+def cell_text(cell: dict[str, Any]) -> str:
+    """A cell as ``key=value; key=value`` (the claims.csv form)."""
+    return "; ".join(f"{k}={v}" for k, v in cell.items())
+
+
+# ------------------------------------------------------------------------------- statistics
+
+
+@dataclass
+class Paired:
+    """One paired comparison: ``x`` (the cell) against ``r`` (reference or baseline), aligned
+    by seed; ``sign`` is +1 when higher is better for the metric, -1 when lower is."""
+
+    cell: dict[str, Any]
+    reference: dict[str, Any] | str
+    x: np.ndarray
+    r: np.ndarray
+    seeds: np.ndarray
+    sign: int
+    delta: float
+
+    @property
+    def d(self) -> np.ndarray:
+        return self.x - self.r
+
+    @property
+    def n(self) -> int:
+        return len(self.x)
+
+    @property
+    def effect(self) -> float:
+        return float(self.d.mean()) if self.n else math.nan
+
+    @property
+    def sd(self) -> float:
+        return float(self.d.std(ddof=1)) if self.n > 1 else math.nan
+
+    @property
+    def gain(self) -> float:
+        """The effect in the metric's better direction (positive: the cell is better)."""
+        return self.sign * self.effect
+
+    def p(self) -> float:
+        """Two-sided paired t-test p (scipy); 0 or 1 when the differences have no spread."""
+        if self.n < 2:
+            return math.nan
+        if self.sd <= 1e-12 * max(1.0, abs(self.effect)):
+            return 0.0 if self.effect != 0 else 1.0
+        return float(sps.ttest_1samp(self.d, 0.0).pvalue)
+
+    def p_equivalence(self) -> float:
+        """Paired TOST p for |difference| < delta (statsmodels ``ttost_paired``)."""
+        if self.n < 2:
+            return math.nan
+        if self.sd <= 1e-12 * max(1.0, abs(self.effect)):
+            return 0.0 if abs(self.effect) < self.delta else 1.0
+        return float(ttost_paired(self.x, self.r, -self.delta, self.delta)[0])
+
+    def interval(self, level: float) -> tuple[float, float]:
+        if self.n < 2:
+            return (math.nan, math.nan)
+        if self.sd == 0:
+            return (self.effect, self.effect)
+        half = sps.t.ppf(0.5 + level / 2, self.n - 1) * self.sd / math.sqrt(self.n)
+        return (self.effect - half, self.effect + half)
+
+    def signflip_p(self) -> float:
+        """The exact two-sided sign-flip p of the mean difference (scipy's permutation test
+        over the 2ⁿ sign patterns); NaN below :data:`MIN_SIGNFLIP_N` pairs."""
+        if self.n < MIN_SIGNFLIP_N:
+            return math.nan
+        test = sps.permutation_test((self.d,), lambda d, axis: np.mean(d, axis=axis), vectorized=True,
+                                    permutation_type="samples", n_resamples=np.inf, alternative="two-sided")
+        return float(test.pvalue)
+
+
+def _pairs(frame: pd.DataFrame, claim: dict, cell: dict, reference: dict | None) -> Paired:
+    """The paired values of ``claim``'s metric: ``cell`` against ``reference`` by seed, or
+    (``reference`` None) against the claim's baseline within each of the cell's runs."""
+    metric, sign = claim["metric"], -1 if METRICS[claim["metric"]].lower_is_better else 1
+    mine = frame[cell_mask(frame, cell)]
+    if reference is None:
+        both = mine[["seed", metric, claim["baseline"]]].dropna().groupby("seed").mean()
+        return Paired(cell, claim["baseline"], both[metric].to_numpy(float), both[claim["baseline"]].to_numpy(float),
+                      both.index.to_numpy(), sign, claim["delta"])
+    theirs = frame[cell_mask(frame, reference)]
+    x = mine.groupby("seed")[metric].mean() if metric in frame else pd.Series(dtype=float)
+    r = theirs.groupby("seed")[metric].mean() if metric in frame else pd.Series(dtype=float)
+    both = pd.concat([x.rename("x"), r.rename("r")], axis=1, join="inner").dropna()
+    return Paired(cell, reference, both["x"].to_numpy(float), both["r"].to_numpy(float), both.index.to_numpy(),
+                  sign, claim["delta"])
+
+
+@dataclass
+class Hypothesis:
+    """One member of the study's family: a claim's single comparison, or the comparisons a
+    peak or trend claim tests together (intersection-union)."""
+
+    claim: dict
+    pairs: list[Paired]
+    union: bool  # peak or trend: every pair must agree for better (and, for trend, worse)
+
+    def direction_and_p(self, p_values: list[float], gains: list[float]) -> tuple[str, float]:
+        """(direction, p) of the difference test. Single pair: its two-sided p and its sign.
+        Trend: better (worse) when every step is better (worse): the largest p (IUT). Peak:
+        better when the peak beats every cell (largest p), worse when some cell beats it
+        (Bonferroni over the cells that do); the smaller of the two decides."""
+        if any(not math.isfinite(p) for p in p_values) or not p_values:
+            return "better", math.nan
+        if not self.union:
+            return ("better" if gains[0] >= 0 else "worse"), p_values[0]
+        better = max(p_values) if all(g > 0 for g in gains) else 1.0
+        if self.claim["kind"] == "trend":
+            worse = max(p_values) if all(g < 0 for g in gains) else 1.0
+        else:
+            beaten = [p for p, g in zip(p_values, gains) if g < 0]
+            worse = min(1.0, len(p_values) * min(beaten)) if beaten else 1.0
+        return ("better", better) if better <= worse else ("worse", worse)
+
+    def binding(self) -> Paired:
+        """The comparison a row reports: the only one, or for a peak the strongest competitor
+        and for a trend the weakest step (the one the verdict hinges on)."""
+        if not self.union:
+            return self.pairs[0]
+        return min(self.pairs, key=lambda pair: pair.gain if math.isfinite(pair.gain) else math.inf)
+
+
+def _hypotheses(frame: pd.DataFrame, claims: list[dict]) -> list[Hypothesis]:
+    found = []
+    for claim in claims:
+        if claim["kind"] == "vs_reference":
+            found += [Hypothesis(claim, [_pairs(frame, claim, cell, claim["reference"])], False)
+                      for cell in claim["cells"]]
+        elif claim["kind"] == "vs_baseline":
+            found += [Hypothesis(claim, [_pairs(frame, claim, cell, None)], False) for cell in claim["cells"]]
+        elif claim["kind"] == "peak":
+            found.append(Hypothesis(claim, [_pairs(frame, claim, claim["cell"], other)
+                                            for other in claim["cells"]], True))
+        else:  # trend: each step against the one before
+            cells = claim["cells"]
+            found.append(Hypothesis(claim, [_pairs(frame, claim, b, a) for a, b in zip(cells, cells[1:])], True))
+    return found
+
+
+def holm(p_values) -> np.ndarray:
+    """Holm's adjustment over one family (``statsmodels.stats.multitest.multipletests``); NaN
+    entries stay NaN and do not count in the family."""
+    p = np.asarray(p_values, dtype=float)
+    adjusted = np.full(p.shape, np.nan)
+    finite = np.isfinite(p)
+    if finite.any():
+        adjusted[finite] = multipletests(p[finite], alpha=ALPHA, method="holm")[1]
+    return adjusted
+
+
+def seeds_needed(effect: float, sd: float, n: int, delta: float, alpha: float) -> float:
+    """The seeds (pairs) that would decide a comparison at the observed effect: the smaller of
+    the n at which a two-sided paired t-test at ``alpha`` detects ``effect`` with
+    :data:`POWER`, and (when ``|effect| < delta``) the n at which the paired TOST shows
+    equivalence within ±delta (each one-sided test at ``alpha``, planned with power
+    1 - (1 - POWER)/2, the usual conservative split of the two sides). Both use an upper confidence bound of the
+    sd (one-sided :data:`SD_BOUND`, chi-square with n - 1 df), not the sd itself, since a
+    five-seed sd is itself uncertain (statsmodels ``TTestPower``). Capped at :data:`MAX_SEEDS`;
+    NaN with fewer than 2 pairs."""
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    bound = sd * math.sqrt((n - 1) / sps.chi2.ppf(1 - SD_BOUND, n - 1)) if sd > 0 else 0.0
+    if bound == 0:
+        return float(n)
+    solver, candidates = TTestPower(), []
+    for size, alternative, power in ((abs(effect) / bound, "two-sided", POWER),
+                                     ((delta - abs(effect)) / bound, "larger", 1 - (1 - POWER) / 2)):
+        if size <= 1e-9:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                needed = float(solver.solve_power(effect_size=size, nobs=None, alpha=alpha, power=power,
+                                                  alternative=alternative))
+            except (ValueError, RuntimeError, ZeroDivisionError):
+                continue
+        if math.isfinite(needed) and needed > 0:
+            candidates.append(needed)
+    return float(min(MAX_SEEDS, max(n + 1, math.ceil(min(candidates))))) if candidates else float(MAX_SEEDS)
+
+
+def _verdict(p_adjusted: float, p_equivalence_adjusted: float, direction: str) -> str:
+    if p_equivalence_adjusted < ALPHA:
+        return "equivalent"
+    if p_adjusted < ALPHA:
+        return direction
+    return "inconclusive"
+
+
+def _outcome(verdict: str, declared: str) -> str:
+    if verdict == "inconclusive":
+        return "undecided"
+    if verdict == "equivalent":
+        return "no difference of interest"
+    if declared == "two-sided":
+        return "decided"
+    return "as declared" if verdict == declared else "against the declaration"
+
+
+# ------------------------------------------------------------------------ the mixed model
+
+
+def _model_pairs(hypothesis: Hypothesis) -> list[tuple[float, float]]:
+    """(estimate, standard error) of each of the hypothesis' comparisons from one linear mixed
+    model of the cells involved (cell fixed, seed a random intercept: statsmodels MixedLM),
+    fitted by REML; NaN pairs when it cannot be fitted."""
+    labels: dict[str, int] = {}
+    rows = []
+    for pair in hypothesis.pairs:
+        for which, values in (("x", pair.x), ("r", pair.r)):
+            key = _label(pair.cell if which == "x" else pair.reference)
+            labels.setdefault(key, len(labels))
+            rows += [(key, seed, value) for seed, value in zip(pair.seeds, values)]
+    data = pd.DataFrame(rows, columns=["cell", "seed", "value"]).drop_duplicates(["cell", "seed"])
+    if data["seed"].nunique() < 3 or len(labels) < 2:
+        return [(math.nan, math.nan)] * len(hypothesis.pairs)
+    names = list(labels)
+    exog = np.column_stack([np.ones(len(data))] + [(data["cell"] == name).to_numpy(float) for name in names[1:]])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = MixedLM(data["value"].to_numpy(float), exog, groups=data["seed"].to_numpy()).fit(reml=True)
+        coef = np.asarray(fit.fe_params)
+        cov = np.asarray(fit.cov_params())[: len(coef), : len(coef)]
+    except (ValueError, np.linalg.LinAlgError):
+        return [(math.nan, math.nan)] * len(hypothesis.pairs)
+    out = []
+    for pair in hypothesis.pairs:
+        contrast = np.zeros(len(coef))
+        for key, weight in ((_label(pair.cell), 1.0), (_label(pair.reference), -1.0)):
+            index = names.index(key)
+            if index > 0:
+                contrast[index] += weight
+        variance = float(contrast @ cov @ contrast)
+        out.append((float(contrast @ coef), math.sqrt(variance) if variance > 0 else math.nan))
+    return out
+
+
+def _label(cell: dict | str) -> str:
+    return cell if isinstance(cell, str) else cell_text(cell)
+
+
+def _model_tests(estimate: float, se: float, delta: float) -> tuple[float, float]:
+    """(two-sided Wald p, TOST p within ±delta) of one model contrast (normal reference, as
+    MixedLM's own summary uses)."""
+    if not (math.isfinite(estimate) and math.isfinite(se) and se > 0):
+        return math.nan, math.nan
+    p = float(2 * sps.norm.sf(abs(estimate) / se))
+    tost = float(max(sps.norm.sf((estimate + delta) / se), sps.norm.cdf((estimate - delta) / se)))
+    return p, tost
+
+
+# ------------------------------------------------------------------------------ decision
+
+
+def decide_claims(frame: pd.DataFrame, claims: list[dict] | tuple[dict, ...], study: str = "",
+                  declared: str = "before the run") -> pd.DataFrame:
+    """A row per hypothesis of the study's claims (columns :data:`CLAIM_COLUMNS` then
+    :data:`EXTRA_COLUMNS`), decided as one family over the FINISHED trials of ``frame``.
+
+    ``claims`` are :func:`check_claims`'s mappings. ``cell`` and ``reference`` are the cells as
+    ``key=value; ...`` (the baseline's metric name for ``vs_baseline``); ``effect`` is cell
+    minus reference paired by seed (for a peak: the peak against its strongest competitor; for
+    a trend: the weakest step, the later value minus the earlier); ``ci_low``/``ci_high`` its
+    interval at the Bonferroni level ``ci_level``; ``p`` the unadjusted difference test and
+    ``p_adjusted`` its Holm adjustment over the family; ``p_equivalence`` the TOST p and its
+    adjustment; ``model_*`` the same decisions from the mixed model; ``robust`` says whether
+    the two agree; ``signflip_p`` the exact sign-flip p (n ≥ 6); ``declared`` when the claims
+    were written.
+    """
+    finished = frame[frame["status"] == FINISHED] if "status" in frame else frame
+    claims = [c for c in claims if c["metric"] in finished and (c["baseline"] is None or c["baseline"] in finished)]
+    hypotheses = _hypotheses(finished, claims)
+    if not hypotheses:
+        return pd.DataFrame(columns=CLAIM_COLUMNS + EXTRA_COLUMNS)
+    tests = []
+    for h in hypotheses:
+        p_values = [pair.p() for pair in h.pairs]
+        direction, p = h.direction_and_p(p_values, [pair.gain for pair in h.pairs])
+        equivalence = [pair.p_equivalence() for pair in h.pairs]
+        p_eq = max(equivalence) if equivalence and all(map(math.isfinite, equivalence)) else math.nan
+        model = _model_pairs(h)
+        model_tests = [_model_tests(est, se, h.claim["delta"]) for est, se in model]
+        model_direction, model_p = h.direction_and_p(
+            [t[0] for t in model_tests], [pair.sign * est for pair, (est, _) in zip(h.pairs, model)])
+        model_eq = [t[1] for t in model_tests]
+        tests.append(dict(direction=direction, p=p, p_eq=p_eq, model_direction=model_direction, model_p=model_p,
+                          model_eq=max(model_eq) if all(map(math.isfinite, model_eq)) else math.nan,
+                          model=model))
+    m = sum(math.isfinite(t["p"]) for t in tests)
+    level = 1 - ALPHA / max(m, 1)
+    adjusted = holm([t["p"] for t in tests])
+    adjusted_eq = holm([t["p_eq"] for t in tests])
+    model_adjusted = holm([t["model_p"] for t in tests])
+    model_adjusted_eq = holm([t["model_eq"] for t in tests])
+    rows = []
+    for i, (h, t) in enumerate(zip(hypotheses, tests)):
+        pair = h.binding()
+        verdict = _verdict(adjusted[i], adjusted_eq[i], t["direction"])
+        model_verdict = (_verdict(model_adjusted[i], model_adjusted_eq[i], t["model_direction"])
+                         if math.isfinite(model_adjusted[i]) else "not fitted")
+        low, high = pair.interval(level)
+        needed = (float(pair.n) if verdict != "inconclusive"
+                  else seeds_needed(pair.effect, pair.sd, pair.n, h.claim["delta"], ALPHA / max(m, 1)))
+        model_effect = t["model"][h.pairs.index(pair)][0]
+        rows.append({
+            "study": study, "claim": h.claim["name"], "kind": h.claim["kind"], "metric": h.claim["metric"],
+            "cell": cell_text(pair.cell), "reference": _label(pair.reference), "n": pair.n,
+            "effect": pair.effect, "ci_low": low, "ci_high": high, "p_adjusted": adjusted[i],
+            "delta": h.claim["delta"], "verdict": verdict, "n_needed": needed,
+            "direction": h.claim["direction"], "outcome": _outcome(verdict, h.claim["direction"]), "p": t["p"],
+            "p_equivalence": t["p_eq"], "p_equivalence_adjusted": adjusted_eq[i], "ci_level": level,
+            "family_size": m, "model_effect": model_effect, "model_p_adjusted": model_adjusted[i],
+            "model_verdict": model_verdict,
+            "robust": "yes" if model_verdict == verdict else f"no: the mixed model says {model_verdict}",
+            "signflip_p": pair.signflip_p(), "declared": declared,
+        })
+    table = pd.DataFrame(rows, columns=CLAIM_COLUMNS + EXTRA_COLUMNS)
+    table["n"] = table["n"].astype(int)
+    return table
+
+
+def resolve_claims(raw: list[dict] | tuple[dict, ...], info: dict[str, Any]) -> tuple[list[dict], list[str]]:
+    """The declared ``raw`` claims completed against the grid that ran (``info``: a report's
+    study header with ``grid``, ``zip`` and ``reference``), and a line for each claim that does
+    not apply to it (a smoke grid lacks its cells, an axis was overridden away)."""
+    axes = {k: v for k, v in (info.get("grid") or {}).items() if k != "seed" and k in (info.get("axes") or [])}
+    zipped = tuple(info.get("zip") or ())
+    reference = info.get("reference") or None
+    claims, skipped = [], []
+    for item in raw:
+        try:
+            claims += check_claims([item], axes, zipped, reference)
+        except ValueError as error:
+            skipped.append(f"{item.get('name', '?')}: not decided in this grid ({str(error).split(': ', 1)[-1]})")
+    return claims, skipped
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.=+-]+")
+
+
+def slug(text: str) -> str:
+    return _SAFE.sub("-", text).strip("-")

@@ -1,0 +1,179 @@
+"""A study's declared claims as files: ``claims.csv``, ``claims.md`` and the forest plot.
+
+:func:`write_claims` decides the claims (:mod:`analysis.claims`) and writes them; the report
+page puts the forest plot and the table first. :func:`compare_claims` sets two reports' claims
+side by side (``mae-study report STUDY --compare OLD_REPORT_DIR``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from evaluation.metrics import METRICS
+
+from . import figures
+from .claims import ALPHA, CLAIM_COLUMNS, EXTRA_COLUMNS, MAX_SEEDS, MIN_SIGNFLIP_N, decide_claims, resolve_claims
+from .markdown import markdown_table
+
+# Colour-blind-safe (seaborn "colorblind"): green better, vermilion worse, blue equivalent, grey open.
+VERDICT_COLOURS = {"better": "#009E73", "worse": "#D55E00", "equivalent": "#0072B2", "inconclusive": "#7f7f7f"}
+VERDICT_MARKERS = {"better": "o", "worse": "s", "equivalent": "D", "inconclusive": "o"}
+CLAIMS_FILE = "claims.csv"
+
+
+@dataclass
+class Claims:
+    table: pd.DataFrame  # decide_claims' rows
+    text: str  # what the verdicts mean, and which claims were not decided here
+    skipped: list[str] = field(default_factory=list)  # claims this grid or these trials cannot decide
+
+
+def _unmeasured(frame: pd.DataFrame, claims: list[dict]) -> tuple[list[dict], list[str]]:
+    """The claims whose metric (and baseline) these trials logged, and a line for each other."""
+    finished = frame[frame["status"] == "FINISHED"] if "status" in frame else frame
+    kept, skipped = [], []
+    for claim in claims:
+        missing = [m for m in (claim["metric"], claim["baseline"]) if m is not None
+                   and (m not in finished or finished[m].isna().all())]
+        if missing:
+            skipped.append(f"{claim['name']}: not decided, these trials did not log {missing[0]}")
+        else:
+            kept.append(claim)
+    return kept, skipped
+
+
+def decide(frame: pd.DataFrame, study: str, info: dict, raw_claims: Sequence[dict], declared: str) -> Claims:
+    """Decide ``raw_claims`` (as the study file spells them) on ``frame`` against the grid in
+    ``info``; ``declared`` says when they were written ("before the run", or after)."""
+    claims, skipped = resolve_claims(list(raw_claims), info)
+    claims, unmeasured = _unmeasured(frame, claims)
+    table = decide_claims(frame, claims, study, declared)
+    return Claims(table, claims_text(table, declared, info.get("smoke", False)), skipped + unmeasured)
+
+
+def _seeds(value: float) -> str:
+    if not math.isfinite(value):
+        return "unknown"
+    return f"≥ {MAX_SEEDS}" if value >= MAX_SEEDS else f"{int(value)}"
+
+
+def claims_text(table: pd.DataFrame, declared: str, smoke: bool = False) -> str:
+    """The paragraph above the claims table: how they were decided and what each word means."""
+    if not len(table):
+        return "The study declares no claim that these trials can decide."
+    m = int(table["family_size"].iloc[0])
+    level = float(table["ci_level"].iloc[0])
+    when = ("declared in the study file before the run" if declared == "before the run" else
+            f"declared {declared}: written from the paper's rows, not chosen after reading these numbers, "
+            "but not fixed before the trials ran")
+    text = (f"Claims {when}. One family of {m} hypotheses for the whole study: each difference is the "
+            f"cell minus the reference paired by seed (or, against a baseline, within each run); p is a "
+            f"paired t-test Holm-adjusted over the family; the interval is simultaneous, at "
+            f"{level:.2%} (Bonferroni, α = {ALPHA} over {m}). Verdicts: better or worse (adjusted p < "
+            f"{ALPHA}, in the metric's better sense: higher accuracy, lower risk); equivalent (the paired "
+            f"TOST within ±delta, Holm-adjusted, < {ALPHA}: any difference is smaller than the smallest "
+            f"effect of interest); inconclusive otherwise, which is not evidence of no effect: n needed "
+            f"is the seeds per cell that would decide it at the observed effect and an 80% upper bound "
+            f"of the spread (80% power). A peak is better only when it beats every other cell; a trend "
+            f"only when every step moves the same way.")
+    flagged = table[table["robust"] != "yes"]
+    if len(flagged):
+        text += (f" {len(flagged)} verdict(s) differ under a mixed model (cell fixed, seed random): "
+                 + "; ".join(f"{r.claim} ({r.cell}): {r.verdict}, model {r.model_verdict}"
+                             for r in flagged.itertuples()) + ".")
+    if (table["n"] < MIN_SIGNFLIP_N).all():
+        text += (f" No exact sign-flip p is given: with n < {MIN_SIGNFLIP_N} pairs it cannot fall below "
+                 f"0.05 (its smallest value is 2/2ⁿ).")
+    if smoke:
+        text = "Smoke run: a few dozen updates, to exercise the code; no verdict here is a finding. " + text
+    return text
+
+
+def display_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The claims as text, for claims.md and the page."""
+    rows = []
+    for r in table.itertuples():
+        interval = "—" if not math.isfinite(r.ci_low) else f"[{r.ci_low:+.3g}, {r.ci_high:+.3g}]"
+        rows.append({"claim": r.claim, "metric": r.metric, "cell": r.cell, "against": r.reference, "n": r.n,
+                     "effect": "—" if not math.isfinite(r.effect) else f"{r.effect:+.3g}", "interval": interval,
+                     "adjusted p": "—" if not math.isfinite(r.p_adjusted) else f"{r.p_adjusted:.2g}",
+                     "±delta": f"{r.delta:g}", "verdict": r.verdict,
+                     "n needed": "" if r.verdict != "inconclusive" else _seeds(r.n_needed),
+                     "declared": r.direction, "mixed model": r.model_verdict})
+    return pd.DataFrame(rows)
+
+
+def forest_plot(table: pd.DataFrame, width: float | str = "full") -> plt.Figure:
+    """Each hypothesis' effect and simultaneous interval, in units of its delta and oriented so
+    that right is better (higher accuracy, lower risk), against the ±delta band; the verdict is
+    the marker's colour and the word on the right."""
+    inches = figures._width(width)
+    rows = len(table)
+    with figures._styled():
+        fig, ax = plt.subplots(figsize=(inches, 0.9 + 0.28 * rows))
+        ax.axvspan(-1, 1, color="#e8e8e8", zorder=0, lw=0)
+        ax.axvline(0, color="#555", lw=0.8, zorder=1)
+        labels = []
+        for y, r in enumerate(table.itertuples()):
+            sign = -1.0 if METRICS[r.metric].lower_is_better else 1.0
+            scale = sign / r.delta
+            low, high = sorted((r.ci_low * scale, r.ci_high * scale))
+            colour = VERDICT_COLOURS[r.verdict]
+            if math.isfinite(low):
+                ax.plot([low, high], [y, y], color=colour, lw=1.4, zorder=2)
+            ax.plot([r.effect * scale], [y], VERDICT_MARKERS[r.verdict], color=colour, ms=4.5, zorder=3,
+                    mfc="white" if r.verdict == "inconclusive" else colour)
+            labels.append(f"{r.claim}\n{r.cell} vs {r.reference}" if inches > 4 else r.claim)
+            ax.annotate(r.verdict, xy=(1.0, y), xycoords=("axes fraction", "data"), xytext=(4, 0),
+                        textcoords="offset points", va="center", fontsize=7, color=colour)
+        ax.set_yticks(range(rows), labels, fontsize=7)
+        ax.set_ylim(rows - 0.5, -0.5)
+        limit = np.nanmax(np.abs(np.r_[table["ci_low"] / table["delta"], table["ci_high"] / table["delta"], 2.0]))
+        ax.set_xlim(-min(limit, 60) * 1.05, min(limit, 60) * 1.05)
+        ax.set_xlabel("effect toward better, in units of delta (grey band: ±delta)")
+        fig.tight_layout()
+    return fig
+
+
+def write_claims(claims: Claims, study: str, out: Path, formats: Sequence[str] = ("png", "pdf"),
+                 ) -> tuple[list[Path], bytes]:
+    """``claims.csv``, ``claims.md`` and ``fig_claims`` (both widths) in ``out``; returns the
+    paths and the full-width PNG (empty without rows)."""
+    paths = [out / CLAIMS_FILE, out / "claims.md"]
+    claims.table.to_csv(paths[0], index=False, columns=CLAIM_COLUMNS + EXTRA_COLUMNS)
+    skipped = "".join(f"\n- {line}" for line in claims.skipped)
+    table = display_table(claims.table)
+    body = markdown_table(table) if len(table) else ""
+    paths[1].write_text(f"# {study}: declared claims\n\n{claims.text}\n\n{body}\n"
+                        + (f"\nNot decided here:{skipped}\n" if skipped else ""), encoding="utf-8")
+    png = b""
+    if len(claims.table):
+        figure_paths, png = figures.save_sizes(lambda w: forest_plot(claims.table, w), out, "claims", formats)
+        paths += figure_paths
+    return paths, png
+
+
+def compare_claims(new: pd.DataFrame, old: pd.DataFrame) -> list[str]:
+    """A line for every hypothesis (claim and cell) whose verdict differs between two
+    ``claims.csv`` tables, with both n, effects and intervals; new and dropped ones too."""
+    key = ["claim", "cell"]
+    merged = new.merge(old, on=key, how="outer", suffixes=("", "_old"), indicator="presence")
+    lines = []
+    for r in merged.to_dict("records"):
+        where = f"{r['claim']} ({r['cell']})"
+        if r["presence"] == "left_only":
+            lines.append(f"{where}: new, {r['verdict']} at n={int(r['n'])}")
+        elif r["presence"] == "right_only":
+            lines.append(f"{where}: only in the old report, {r['verdict_old']} at n={int(r['n_old'])}")
+        elif r["verdict"] != r["verdict_old"]:
+            lines.append(f"{where}: {r['verdict_old']} -> {r['verdict']}; n {int(r['n_old'])} -> {int(r['n'])}; "
+                         f"effect {r['effect_old']:+.4g} [{r['ci_low_old']:+.4g}, {r['ci_high_old']:+.4g}] -> "
+                         f"{r['effect']:+.4g} [{r['ci_low']:+.4g}, {r['ci_high']:+.4g}]")
+    return lines

@@ -1,0 +1,49 @@
+"""Decide the declared claims of every committed report from its trials.csv alone.
+
+    .venv/bin/python docs/results/decide_claims.py [NAME ...]     # default: every folder here
+
+Writes claims.csv, claims.md and fig_claims.* into each report folder and rewrites its
+correlations.csv/.md under the current rules (at least 10 clusters, no p-values that treat trials
+as independent). A report whose run carried its claims (study.json's "claims") is decided with
+them, "declared before the run"; reports of runs that predate claims are decided with the claims
+its built-in study file declares now, and say so beside every verdict. Then run
+`python -m analysis.results_text` to rewrite the results sections of the READMEs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from analysis.claims_report import decide, write_claims
+from analysis.report import _write_correlations
+from analysis.trials_file import load_trials
+from studies.registry import get_study
+
+HERE = Path(__file__).resolve().parent
+AFTER = "after the run, from the paper's rows (these trials predate declared claims)"
+
+
+def decide_folder(folder: Path) -> str:
+    frame, info = load_trials(folder / "trials.csv", folder.name)
+    study = str(frame["study"].dropna().iloc[0]) if "study" in frame else folder.name
+    raw, declared = (info["claims"], "before the run") if info.get("claims") else (list(get_study(study).claims), AFTER)
+    claims = decide(frame, study, info, raw, declared)
+    write_claims(claims, study, folder)
+    axes = [a for a in info["axes"] if a in frame]
+    _write_correlations(frame, study, axes, folder, smoke=bool(info.get("smoke")))
+    counts = claims.table["verdict"].value_counts().to_dict()
+    return f"{folder.name}: {len(claims.table)} hypotheses {counts}; not decided: {len(claims.skipped)}"
+
+
+def main(names: list[str]) -> int:
+    folders = [HERE / n for n in names] if names else sorted(p.parent for p in HERE.glob("*/trials.csv"))
+    for folder in folders:
+        if folder.name == "paper":
+            continue
+        print(decide_folder(folder), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
