@@ -40,8 +40,9 @@ bench: $(STAMP)
 	$(BIN)/mae-study bench
 
 # Wheels the bare GPU image lacks, for benchmarks/gpu_check.sh (carried by the device tool).
-gpu-wheels: $(STAMP)
-	$(BIN)/pip download --quiet --only-binary=:all: --python-version 3.12 --no-deps -d .gpu-wheels \
+# Needs only pip (no .venv): python3 -m pip download.
+gpu-wheels:
+	python3 -m pip download --quiet --only-binary=:all: --python-version 3.12 --no-deps -d .gpu-wheels \
 	  -c constraints.txt pydantic pydantic_core annotated-types typing-inspection typing_extensions pyyaml \
 	  rich markdown-it-py mdurl Pygments
 

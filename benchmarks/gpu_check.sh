@@ -1,16 +1,81 @@
 #!/usr/bin/env bash
-# The GPU issue's device check as one command for the device tool (a bare CUDA image: Python
-# 3.12, torch, transformers, numpy, scikit-learn; no pydantic, Ray or MLflow). Prepare here with
-# `make gpu-wheels` (pydantic's wheels into .gpu-wheels/, git-ignored), then run there with
+# The GPU issue's device check as one command (issue 26). On a bare CUDA image (python3 3.12,
+# torch, transformers, numpy, scikit-learn, pytest; no pydantic, Ray or MLflow): prepare here with
+# `make gpu-wheels` (the missing wheels into .gpu-wheels/, git-ignored), then run there with
 # carry [".gpu-wheels"] and:  bash benchmarks/gpu_check.sh
-# It runs the bf16 tests of every model variant on CUDA, then the bench (well inside 10 minutes);
-# the results land in $OUT (or benchmarks/results without it).
-set -euo pipefail
+#
+# CPU mode, to check the script end to end anywhere: GPU_CHECK_DEVICE=cpu (also chosen when
+# nvidia-smi is absent): no nvidia-smi, the tests on the CPU, `bench_cuda --device cpu --tiny`.
+# PYTHON picks the interpreter (default: python3 if it imports torch, else .venv/bin/python).
+#
+# Time on a GPU: the whole run must end within 8 minutes. Installing the wheels takes seconds;
+# the tests are stopped after TESTS_TIMEOUT_S (120 s), the bench after BENCH_TIMEOUT_S (300 s;
+# its own --budget-s 240 skips the parts that would start later, and every value it measured
+# stays in its JSON whatever stops it): at most about 7.6 minutes in all. These are limits, not
+# measured durations: no GPU run of this script has been recorded yet.
+#
+# Everything lands in $OUT (or benchmarks/results without it): nvidia-smi.txt, tests.txt,
+# tests.xml, bench_cuda[_tiny].{json,md}, bench.txt and gpu_check_summary.txt (the exit codes).
+# A failing step is recorded and the next one still runs; the exit status is non-zero if any failed.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD"
-python -m pip install --quiet --no-index --find-links .gpu-wheels pydantic pyyaml rich 2>/dev/null \
-  || python -m pip install --quiet --no-index .gpu-wheels/*.whl
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+started=$SECONDS
 out="${OUT:-benchmarks/results}"
-MAE_TEST_DEVICE=cuda python -m pytest -q -p no:cacheprovider tests/test_precision.py 2>&1 | tee "$out/gpu_precision_tests.txt"
-python -m benchmarks.bench_cuda --out "$out"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+
+device="${GPU_CHECK_DEVICE:-}"
+if [[ -z "$device" ]]; then
+  if command -v nvidia-smi >/dev/null 2>&1; then device=cuda; else device=cpu; fi
+fi
+py="${PYTHON:-}"
+if [[ -z "$py" ]]; then
+  if python3 -c "import torch" >/dev/null 2>&1 || [[ ! -x .venv/bin/python ]]; then py=python3; else py=.venv/bin/python; fi
+fi
+echo "gpu_check: device=$device python=$py out=$out"
+"$py" -c "import sys" || { echo "gpu_check: no Python interpreter $py"; exit 2; }
+
+# Wheels for what the interpreter cannot import (only those), into one folder on PYTHONPATH.
+deps="${TMPDIR:-/tmp}/mae-gpu-deps"
+missing=()
+for pair in pydantic:pydantic-[0-9]* pydantic_core:pydantic_core-* annotated_types:annotated_types-* \
+            typing_inspection:typing_inspection-* typing_extensions:typing_extensions-* yaml:pyyaml-* \
+            rich:rich-* markdown_it:markdown_it_py-* mdurl:mdurl-* pygments:pygments-*; do
+  module="${pair%%:*}" pattern="${pair#*:}"
+  "$py" -c "import $module" >/dev/null 2>&1 && continue
+  shopt -s nullglob nocaseglob
+  wheels=(.gpu-wheels/$pattern.whl)
+  shopt -u nullglob nocaseglob
+  if (( ${#wheels[@]} )); then missing+=("${wheels[@]}"); else echo "gpu_check: $module is missing and .gpu-wheels has no $pattern.whl"; fi
+done
+if (( ${#missing[@]} )); then
+  echo "gpu_check: installing ${missing[*]} into $deps"
+  mkdir -p "$deps"
+  "$py" -m pip install --quiet --no-deps --no-index --target "$deps" "${missing[@]}" \
+    || for wheel in "${missing[@]}"; do "$py" -m zipfile -e "$wheel" "$deps"; done  # no pip: a wheel is a zip
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if (( ${#missing[@]} )); then export PYTHONPATH="$PYTHONPATH:$deps"; fi
+
+smi_rc=skipped
+if [[ "$device" == cuda ]]; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 | tee "$out/nvidia-smi.txt"
+  smi_rc=${PIPESTATUS[0]}
+fi
+
+# The device tests: bf16 training of every model variant, and the risks on the device.
+t0=$SECONDS
+MAE_TEST_DEVICE="$device" timeout -k 10 "${TESTS_TIMEOUT_S:-120}" "$py" -m pytest -rfEs -p no:cacheprovider \
+  --junitxml "$out/tests.xml" tests/test_precision.py tests/test_objectives_device.py 2>&1 | tee "$out/tests.txt"
+tests_rc=${PIPESTATUS[0]}
+tests_s=$((SECONDS - t0))
+
+t0=$SECONDS
+if [[ "$device" == cuda ]]; then bench_flags=(--device cuda --budget-s "${BENCH_BUDGET_S:-240}"); else bench_flags=(--device cpu --tiny); fi
+timeout -k 15 "${BENCH_TIMEOUT_S:-300}" "$py" -m benchmarks.bench_cuda "${bench_flags[@]}" --out "$out" 2>&1 | tee "$out/bench.txt"
+bench_rc=${PIPESTATUS[0]}
+bench_s=$((SECONDS - t0))
+
+summary="device=$device nvidia_smi_rc=$smi_rc tests_rc=$tests_rc tests_s=$tests_s bench_rc=$bench_rc bench_s=$bench_s total_s=$((SECONDS - started))"
+echo "$summary" | tee "$out/gpu_check_summary.txt"
+[[ "$tests_rc" == 0 && "$bench_rc" == 0 ]]

@@ -27,21 +27,25 @@ def reconstruction_metrics(model: nn.Module, config: Config, data: PatchData) ->
     ``test_den_risk`` is ``R_den^emp`` over the finite law of ``corruption_copies`` seeded copies.
     """
     test = data.test_patches
-    all_visible = empirical_rec_risk(model, test, config.target)
+    # The risks run on the model's device: the test split goes there once, not once per risk.
+    parameter = next(model.parameters(), None)
+    on_model = test if parameter is None else test.to(parameter.device)
+    all_visible = empirical_rec_risk(model, on_model, config.target)
     metrics: dict[str, float] = {
         "test_baseline_risk": mean_pixel_baseline_risk(data.train_patches, test, config.target),
         "test_allvisible_rec_risk" if config.objective == "mae" else "test_rec_risk": all_visible,
     }
     if config.objective == "mae":
         risk = empirical_mae_risk(
-            model, test, config.num_visible, config.target, masks="exact",
+            model, on_model, config.num_visible, config.target, masks="exact",
             generator=torch.Generator().manual_seed(config.seed + 2),
             exact_budget=config.risk_exact_budget, mc_masks=config.risk_mc_masks,
         )
         metrics.update(test_mae_risk=risk.value, test_mae_risk_stderr=risk.stderr,
                        test_mae_risk_masks=float(risk.num_masks))
     if config.objective == "dae":
+        # the law is drawn on the host (its seeded CPU generator); the risk moves it once
         law = finite_corruption_law(test, config.resolved_corruption, config.corruption_level,
                                     config.corruption_copies, seed=config.seed + 3)
-        metrics["test_den_risk"] = empirical_den_risk(model, test, law, config.target)
+        metrics["test_den_risk"] = empirical_den_risk(model, on_model, law, config.target)
     return metrics

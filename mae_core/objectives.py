@@ -7,10 +7,15 @@
   otherwise by Monte Carlo over masks with its standard error.
 * :func:`empirical_rec_risk` and :func:`empirical_den_risk` are ``R_rec^emp`` and
   ``R_den^emp`` (the latter over a finite corruption law, as the spec's weighted sum).
+
+Device: every risk runs on the model's device (the input patches are moved there once, if they
+are elsewhere), accumulates there in float64 and reads one result back to the host at the end:
+no per-batch host copy or sync (``target="norm"``'s domain check, which must raise, adds one).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -51,9 +56,30 @@ class RiskEstimate:
     exact: bool
 
 
+def _model_device(model: nn.Module, fallback: torch.device) -> torch.device:
+    """Where the model's parameters (or buffers) live; ``fallback`` for a model without any."""
+    tensor = next(itertools.chain(model.parameters(), model.buffers()), None)
+    return fallback if tensor is None else tensor.device
+
+
+def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` on ``device``; a host tensor reaches a CUDA device through pinned memory,
+    without blocking the host (a plain ``.to`` waits for the stream: a host sync)."""
+    if tensor.device == device:
+        return tensor
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
+def _sum_dtype(device: torch.device) -> torch.dtype:
+    """float64 accumulation wherever the device has it (MPS does not)."""
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
 def _predict(model: nn.Module, patches: torch.Tensor, visible: torch.Tensor | None) -> torch.Tensor:
-    device = next(model.parameters()).device
-    return model(patches.to(device), None if visible is None else visible.to(device)).float().cpu()
+    """fp32 predictions on the inputs' device (the callers put the inputs on the model's)."""
+    return model(patches, visible).float()
 
 
 @torch.inference_mode()
@@ -79,6 +105,7 @@ def empirical_mae_risk(
     model.eval()
     try:
         num_images, num_patches, _ = patches.shape
+        patches = _to(patches, _model_device(model, patches.device))
         targets = apply_target(patches, target)
         if masks == "exact" and math.comb(num_patches, num_visible) <= exact_budget:
             return _exact_risk(model, patches, targets, all_visible_sets(num_patches, num_visible), pairs_per_batch)
@@ -91,43 +118,44 @@ def empirical_mae_risk(
 
 
 def _exact_risk(model, patches, targets, visible_sets, pairs_per_batch) -> RiskEstimate:
+    device = patches.device
     num_images, num_sets = patches.shape[0], visible_sets.shape[0]
-    total = torch.zeros((), dtype=torch.float64)
-    images_per_batch = max(1, pairs_per_batch // num_sets)
-    for start in range(0, num_images, images_per_batch):
-        x = patches[start:start + images_per_batch]
-        t = targets[start:start + images_per_batch]
-        b = x.shape[0]
-        # All (image, mask) pairs of this slice: image-major, so row r is image r // |V_k|.
-        x_pairs = x.repeat_interleave(num_sets, dim=0)
-        t_pairs = t.repeat_interleave(num_sets, dim=0)
-        v_pairs = visible_sets.repeat(b, 1)
-        for chunk in range(0, x_pairs.shape[0], pairs_per_batch):
-            sl = slice(chunk, chunk + pairs_per_batch)
-            pred = _predict(model, x_pairs[sl], v_pairs[sl])
-            total += masked_mse(pred, t_pairs[sl], v_pairs[sl]).double().sum()
-    value = float(total / (num_images * num_sets))
+    num_pairs = num_images * num_sets
+    visible_sets = _to(visible_sets, device)
+    total = torch.zeros((), dtype=_sum_dtype(device), device=device)
+    for start in range(0, num_pairs, pairs_per_batch):
+        # (image, mask) pairs image-major: pair r is image r // |V_k| under mask r % |V_k|,
+        # gathered by index on the device (no repeated copy of the images).
+        pair = torch.arange(start, min(start + pairs_per_batch, num_pairs), device=device)
+        image, visible = pair // num_sets, visible_sets[pair % num_sets]
+        pred = _predict(model, patches[image], visible)
+        total += masked_mse(pred, targets[image], visible).to(total.dtype).sum()
+    value = float(total / num_pairs)  # the one host sync
     return RiskEstimate(value=value, stderr=0.0, num_masks=num_sets, exact=True)
 
 
 def _monte_carlo_risk(model, patches, targets, num_visible, per_image, generator, pairs_per_batch) -> RiskEstimate:
+    device = patches.device
     num_images, num_patches, _ = patches.shape
-    losses = torch.empty(num_images * per_image, dtype=torch.float64)
-    image_index = torch.arange(num_images).repeat_interleave(per_image)
-    for start in range(0, image_index.numel(), pairs_per_batch):
-        idx = image_index[start:start + pairs_per_batch]
-        visible = sample_visible(idx.numel(), num_patches, num_visible, generator)  # the spec's law
-        pred = _predict(model, patches[idx], visible)
-        losses[start:start + idx.numel()] = masked_mse(pred, targets[idx], visible).double()
+    num_pairs = num_images * per_image
+    losses = torch.empty(num_pairs, dtype=_sum_dtype(device), device=device)
+    for start in range(0, num_pairs, pairs_per_batch):
+        count = min(pairs_per_batch, num_pairs - start)
+        image = torch.arange(start, start + count, device=device) // per_image  # image-major
+        # The spec's law, drawn from ``generator`` on the host in the same order on every device.
+        visible = _to(sample_visible(count, num_patches, num_visible, generator), device)
+        pred = _predict(model, patches[image], visible)
+        losses[start:start + count] = masked_mse(pred, targets[image], visible).to(losses.dtype)
     per = losses.view(num_images, per_image)
-    value = float(per.mean())
-    stderr = float(per.var(dim=1, unbiased=True).div(per_image).sum().sqrt() / num_images)
+    stderr = per.var(dim=1, unbiased=True).div(per_image).sum().sqrt() / num_images
+    value, stderr = torch.stack([per.mean(), stderr]).tolist()  # the one host sync
     return RiskEstimate(value=value, stderr=stderr, num_masks=per_image, exact=False)
 
 
 def empirical_rec_risk(model: nn.Module, patches: torch.Tensor, target: str = "raw") -> float:
     """``R_rec^emp``: every patch visible, all M positions scored against ``T(x_j)`` (``T_raw``
     gives exactly the spec's risk)."""
+    patches = _to(patches, _model_device(model, patches.device))
     return float(_per_example(model, patches, apply_target(patches, target)).mean())
 
 
@@ -138,25 +166,34 @@ def empirical_den_risk(model: nn.Module, patches: torch.Tensor, law: FiniteCorru
     patches ``[N,M,q]`` clean; ``law.copies [N,K,M,q]`` corrupted, ``law.weights [N,K]``.
     """
     num_images, num_copies = law.weights.shape
-    clean_targets = apply_target(patches, target)
-    noisy = law.copies.reshape(num_images * num_copies, *patches.shape[1:])
-    targets = clean_targets.repeat_interleave(num_copies, dim=0)
-    losses = _per_example(model, noisy, targets).view(num_images, num_copies)
-    return float((losses * law.weights.double()).sum(dim=1).mean())
+    device = _model_device(model, patches.device)
+    clean_targets = apply_target(_to(patches, device), target)
+    noisy = _to(law.copies.reshape(num_images * num_copies, *patches.shape[1:]), device)
+    # copy r of the flattened law corrupts image r // K: its target is clean_targets[r // K]
+    losses = _per_example(model, noisy, clean_targets, copies_per_target=num_copies)
+    weights = _to(law.weights, device).to(losses.dtype)
+    return float((losses.view(num_images, num_copies) * weights).sum(dim=1).mean())
 
 
 @torch.inference_mode()
-def _per_example(model, inputs, targets, batch_size: int = 4096) -> torch.Tensor:
+def _per_example(model, inputs, targets, batch_size: int = 4096, copies_per_target: int = 1) -> torch.Tensor:
     """Per-example reconstruction error with every patch visible, for any model: the masked
-    model takes the full index set (k = M), the autoencoders accept it and see every patch anyway."""
+    model takes the full index set (k = M), the autoencoders accept it and see every patch anyway.
+    Input r is scored against ``targets[r // copies_per_target]``; everything stays on the inputs' device."""
     was_training = model.training
     model.eval()
     try:
+        device = inputs.device
         out = []
         for start in range(0, inputs.shape[0], batch_size):
             x = inputs[start:start + batch_size]
-            visible = torch.arange(x.shape[1]).expand(x.shape[0], -1)
-            out.append(reconstruction_mse(_predict(model, x, visible), targets[start:start + batch_size]).double())
+            visible = torch.arange(x.shape[1], device=device).expand(x.shape[0], -1)
+            if copies_per_target == 1:
+                t = targets[start:start + x.shape[0]]
+            else:
+                t = targets[torch.arange(start, start + x.shape[0], device=device) // copies_per_target]
+            error = reconstruction_mse(_predict(model, x, visible), t)
+            out.append(error.to(_sum_dtype(device)))
         return torch.cat(out)
     finally:
         model.train(was_training)
