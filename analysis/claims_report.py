@@ -21,6 +21,7 @@ from evaluation.metrics import METRICS
 from . import figures
 from .claims import ALPHA, CLAIM_COLUMNS, EXTRA_COLUMNS, MAX_SEEDS, MIN_SIGNFLIP_N, decide_claims, resolve_claims
 from .markdown import markdown_table
+from .partial_share import share_sentences
 
 # Colour-blind-safe (seaborn "colorblind"): green better, vermilion worse, blue equivalent, grey open.
 VERDICT_COLOURS = {"better": "#009E73", "worse": "#D55E00", "equivalent": "#0072B2", "inconclusive": "#7f7f7f"}
@@ -55,7 +56,8 @@ def decide(frame: pd.DataFrame, study: str, info: dict, raw_claims: Sequence[dic
     claims, skipped = resolve_claims(list(raw_claims), info)
     claims, unmeasured = _unmeasured(frame, claims)
     table = decide_claims(frame, claims, study, declared)
-    return Claims(table, claims_text(table, declared, info.get("smoke", False)), skipped + unmeasured)
+    text = " ".join([claims_text(table, declared, info.get("smoke", False)), *share_sentences(frame)])
+    return Claims(table, text, skipped + unmeasured)
 
 
 def _seeds(value: float) -> str:

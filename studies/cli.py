@@ -342,13 +342,37 @@ def cmd_report(args: argparse.Namespace) -> int:
                 if older.is_file() and older != store else "")
         raise UsageError(f"no runs of study {args.study}: no MLflow store at {store} (--out is the folder "
                          f"`mae-study run --out` wrote, the report's own folder is --report-dir){hint}")
+    old_claims = _old_claims(args.compare) if args.compare else None
     # made by write_report once the run is found: a refused report leaves no folder behind
     out = Path(args.report_dir) if args.report_dir else study_folder(root, args.study, args.smoke) / "report"
     index = write_report(args.study, tracking_uri, out, formats=formats, experiment=args.experiment,
                          parent_run_id=args.run, smoke=args.smoke)
     print(f"report: {index}")
+    if old_claims is not None:
+        _print_claim_changes(index.parent, old_claims, args.compare)
     print(f"next: {ui_command(tracking_uri)}", file=sys.stderr)
     return 0
+
+
+def _old_claims(folder: str):
+    """The claims.csv of an earlier report (checked before anything is written)."""
+    import pandas as pd
+
+    path = Path(folder) / "claims.csv"
+    if not path.is_file():
+        raise UsageError(f"--compare {folder}: no claims.csv there (a report folder written by mae-study report)")
+    return pd.read_csv(path)
+
+
+def _print_claim_changes(out: Path, old, old_folder: str) -> None:
+    import pandas as pd
+
+    from analysis.claims_report import compare_claims
+
+    lines = compare_claims(pd.read_csv(out / "claims.csv"), old)
+    print(f"claims changed since {old_folder}: {len(lines) or 'none'}")
+    for line in lines:
+        print(f"  {line}")
 
 
 def _report_paper(args: argparse.Namespace) -> int:
@@ -582,6 +606,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="tables and figures of a study from MLflow")
     report.add_argument("study", nargs="?")
+    report.add_argument("--compare", metavar="OLD_REPORT_DIR",
+                        help="after writing the report, print every claim whose verdict changed since the "
+                             "report in OLD_REPORT_DIR (its claims.csv), with both n, effects and intervals")
     report.add_argument("--paper", nargs="+", metavar="STUDY[=STORE]",
                         help="MAE Table 1 with a sub-table per study (in this order) and Figure 5; "
                              "STORE: a tracking URI, an mlflow.db or its folder (default: --out's mlflow.db), "

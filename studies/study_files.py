@@ -236,7 +236,7 @@ claims:                    # declared before the run; the report decides each on
     metric: probe_linear_acc
     kind: vs_reference     # vs_reference | peak (cell: beats every other) | trend (axis) | vs_baseline (baseline)
     direction: better      # better | worse | two-sided
-    cells: [{decoder_depth: 4}]
+    cells: [{{decoder_depth: 4}}]
     delta: 0.01            # the smallest effect of interest, in the metric's units (accuracies: 0.01)
 # search:                  # sample keys from ranges for every arm of the grid above (each sample runs
 #   space:                 # once per seed); the command line's --search/--samples/--metric override it

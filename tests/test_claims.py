@@ -191,3 +191,42 @@ def test_claims_files_and_the_comparison_of_two_reports(tmp_path):
     assert "not decided, these trials did not log finetune_best_acc" in (tmp_path / "claims.md").read_text()
     lines = compare_claims(new.table, old.table)
     assert len(lines) == 1 and lines[0].startswith("peak (mask_ratio=0.75): better -> worse; n 8 -> 8")
+
+
+def test_report_compare_prints_every_claim_whose_verdict_changed(tmp_path, capsys):
+    import json
+
+    from studies.cli import main
+    from tests.test_report import SAMPLERS, _sampling_metrics, _study_store
+
+    claims = [{"name": "block_worse", "metric": "probe_linear_acc", "kind": "vs_reference", "direction": "worse",
+               "cells": [{"mask_sampling": "block"}]}]
+    uri = _study_store(tmp_path, "mask_sampling", "mask_sampling", SAMPLERS,
+                       {"reference": json.dumps({"mask_sampling": "random"}), "smoke": "False",
+                        "claims": json.dumps(claims)}, _sampling_metrics)
+    old = tmp_path / "old"
+    old.mkdir()
+    with pytest.raises(SystemExit) as exit_:  # checked before anything is written
+        main(["report", "mask_sampling", "--tracking-uri", uri, "--report-dir", str(tmp_path / "new"),
+              "--compare", str(old)])
+    assert exit_.value.code == 2 and not (tmp_path / "new").exists()
+    pd.DataFrame([{"claim": "block_worse", "cell": "mask_sampling=block", "n": 5, "effect": -0.01, "ci_low": -0.05,
+                   "ci_high": 0.03, "verdict": "inconclusive"}]).to_csv(old / "claims.csv", index=False)
+    capsys.readouterr()
+    assert main(["report", "mask_sampling", "--tracking-uri", uri, "--report-dir", str(tmp_path / "new"),
+                 "--format", "png", "--compare", str(old)]) == 0
+    out = capsys.readouterr().out
+    assert f"claims changed since {old}: 1" in out
+    assert "block_worse (mask_sampling=block): inconclusive -> worse; n 5 -> 8; effect -0.01 [-0.05, +0.03] -> " in out
+
+
+def test_partial_finetuning_share_is_measured_from_the_frozen_linear_probe():
+    from analysis.partial_share import share_sentences, shares
+
+    rows = [{"status": "FINISHED", "seed": s, "eval.finetune_blocks": b, "probe_linear_acc": 0.90 + 0.01 * s,
+             "finetune_acc": 0.98 + 0.01 * s, "partial_finetune_acc": {"0": 0.85, "1": 0.94, "all": 0.98}[b] + 0.01 * s}
+            for s in range(5) for b in ("0", "1", "all")]
+    table = shares(pd.DataFrame(rows)).set_index("blocks")
+    assert table.loc["1", "share"] == pytest.approx(0.5)  # (0.94 - 0.90) / (0.98 - 0.90)
+    assert table.loc["0", "share"] == pytest.approx(-0.625)  # the head alone scores below the linear probe
+    assert any(s.startswith("Tuning the last 1 block(s) recovers 50% [50%, 50%]") for s in share_sentences(pd.DataFrame(rows)))

@@ -408,14 +408,14 @@ def test_trials_logged_before_the_arrays_keep_their_png_grid(tmp_path):
 
 def test_the_page_says_what_was_run_without_temporary_paths(target_report, stores):
     page = target_report.read_text(encoding="utf-8")
-    head = page.split("<h2>Findings</h2>")[0]
+    head = page.split("<h2>Exploratory comparisons</h2>")[0]
     for fact in ("<h2>What was run</h2>", "digits", "2000 updates", "0, 1, 2 (3 seeds)", "mae-study run target",
                  "0123456789abcdef", "Linux x86_64", "SQLite file mlflow.db", "ViT encoder width"):
         assert fact in head, fact
     store_folder = stores["target"].removeprefix("sqlite:///").rsplit("/", 1)[0]
     assert store_folder not in page
     assert '<a href="trials.csv">' in page and '<a href="paper_table.tex">' in page
-    order = [page.index(h) for h in ("What was run", "<h2>Findings", "<h2>Results", "<h2>Figures")]
+    order = [page.index(h) for h in ("What was run", "<h2>Exploratory comparisons", "<h2>Results", "<h2>Figures")]
     assert order == sorted(order)
 
 

@@ -351,7 +351,7 @@ def test_findings_compare_every_row_with_the_default_reference(report):
     assert (comparisons["n"] == 1).all()  # the reference's seed 1 failed: one pair per row
     assert comparisons["verdict"].str.fullmatch(r"not resolved at n=1 \(smallest detectable difference unknown\)").all()
     page = report.read_text(encoding="utf-8")
-    assert "<h2>Findings</h2>" in page and "Reference row: mask_ratio=0.75, the documented default" in page
+    assert "<h2>Exploratory comparisons</h2>" in page and "Reference row: mask_ratio=0.75, the documented default" in page
     findings = (out / "findings.md").read_text(encoding="utf-8")
     assert findings.startswith("# mask_ratio: findings") and "not resolved at n=1" in findings
     # every cell against the baselines its own runs measured: random init and raw pixels
@@ -406,10 +406,18 @@ def _study_store(folder, study: str, axis: str, values, tags: dict[str, str], me
 def test_findings_use_the_reference_the_study_named(tmp_path):
     """The parent's reference tag names the row (here not the grid's first cell); 8 paired
     seeds find the planted drop of block masking and resolve nothing about grid masking."""
+    claims = [{"name": "block_worse", "metric": "probe_linear_acc", "kind": "vs_reference", "direction": "worse",
+               "cells": [{"mask_sampling": "block"}]}]
     uri = _study_store(tmp_path, "mask_sampling", "mask_sampling", SAMPLERS,
-                       {"reference": json.dumps({"mask_sampling": "random"}), "smoke": "False"},
-                       _sampling_metrics)
+                       {"reference": json.dumps({"mask_sampling": "random"}), "smoke": "False",
+                        "claims": json.dumps(claims)}, _sampling_metrics)
     index = write_report("mask_sampling", uri, tmp_path / "report", formats=("png",))
+    # the declared claim, decided first on the page and in claims.csv
+    decided = pd.read_csv(index.parent / "claims.csv")
+    assert list(decided[["claim", "cell", "reference", "verdict", "declared"]].itertuples(index=False, name=None)) == [
+        ("block_worse", "mask_sampling=block", "mask_sampling=random", "worse", "before the run")]
+    page_text = index.read_text(encoding="utf-8")
+    assert page_text.index("Declared claims") < page_text.index("What was run") and 'id="claims"' in page_text
     comparisons = pd.read_csv(index.parent / "comparisons.csv").set_index(["mask_sampling", "metric"])
     assert sorted(set(comparisons.index.get_level_values(0))) == ["block", "grid"]
     block = comparisons.loc[("block", "probe_linear_acc")]
