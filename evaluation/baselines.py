@@ -4,9 +4,12 @@ A trial's baselines (the probes of a freshly initialised encoder, ``random_probe
 pixels, ``pixel_probe_*``; training from scratch, ``random_finetune_acc`` and
 ``scratch_best_finetune_*``) do not depend on what pretraining did. They are a function of the
 fresh encoder's weights, the data, the evaluation settings, the seed and the device. The cells
-of a mask-ratio sweep share one set per seed, and training from scratch (a run per candidate
-length, then the refit) costs more than fine-tuning the pretrained encoder, so a study keeps
-each set in ``baselines/KEY.json`` under its folder and the other cells read it.
+of a mask-ratio or decoder sweep share one set per seed (the fresh encoder is drawn
+independently of the decoder: :func:`evaluation.probes.random_init_model`), and training from
+scratch (a run per candidate length, then the refit) is costly, so a study keeps each set in
+``baselines/KEY.json`` under its folder and the other cells read it. The pretrained model's
+fine-tuning (``finetune_acc``, ``finetune_best_*``) depends on the trained encoder and is never
+kept here.
 
 The key is a SHA-256 of everything the baselines read: the fresh encoder's tensors (an encoder
 changed by any key, such as its width or ``encoder_init``, is another key), the splits' bytes and
@@ -57,9 +60,9 @@ def baseline_key(fresh: nn.Module, config: Config, data: PatchData, settings: Ev
     """The SHA-256 (hex) of what the baselines of ``fresh`` (the config's model at
     initialisation) on ``data`` read. Of the model, the encoder's tensors: features and
     fine-tuning read the encoder alone (a decoder weight gets no gradient there). Cells that
-    differ in the decoder still get their own keys today: ``init_weights`` draws the encoder's
-    weights after every layer's default initialisation, the decoder's included, has drawn from
-    the same generator."""
+    differ only in the decoder (width, depth, heads) share a key: their fresh encoders are the
+    one encoder of their seed (:func:`evaluation.probes.random_init_model`), and no decoder key
+    is hashed. The model's class is: an MAE and an AE/DAE cell keep their own sets."""
     import numpy
     import sklearn
 

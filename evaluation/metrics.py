@@ -88,6 +88,10 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _probe("probe_knn_acc", "kNN", "kNN accuracy", "random_probe_knn_acc", ("pixel_probe_knn_acc",)),
     _probe("finetune_acc", "fine-tuning", "fine-tuning accuracy", "random_finetune_acc",
            ("scratch_best_finetune_acc",)),
+    # The like-for-like pair: the pretrained model's length chosen on validation from the same
+    # candidates, by the same selection, as the from-scratch model's (scratch_best_finetune_acc).
+    _probe("finetune_best_acc", "fine-tuning (tuned length)", "fine-tuning accuracy at the length best on validation",
+           "scratch_best_finetune_acc"),
     _probe("partial_finetune_acc", "partial fine-tuning", "partial fine-tuning accuracy", None),
     _random("random_probe_linear_acc", "linear-probe accuracy"),
     _random("random_probe_fewshot_acc", "few-shot probe accuracy"),
@@ -101,6 +105,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            False, reference_name="from scratch (tuned length)", delta=ACCURACY_DELTA),
     Metric("scratch_best_finetune_steps", "bookkeeping", "from-scratch training length (updates)",
            "from-scratch training length chosen on validation", "steps", False),
+    Metric("finetune_best_steps", "bookkeeping", "fine-tuning length (updates, tuned)",
+           "pretrained model's fine-tuning length chosen on validation", "steps", False),
     *_chosen("probe_", "pretrained"), *_chosen("random_probe_", "random init"),
     *_chosen("pixel_probe_", "raw pixels"),
     Metric("probe_train_size", "bookkeeping", "training split (images)", "training split size", "images", False),

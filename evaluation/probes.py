@@ -2,13 +2,16 @@
 
 Every probe reads ``model.features(patches [B,M,q]) -> [B,F]`` with all patches visible (the
 representation the pretrained encoder hands downstream). Baselines stand beside every probe:
-the same probes on a freshly initialised model of the same config (``random_probe_*``: seed
-001 found that frozen, pooled MAE features can probe *worse* than a random encoder) and on the
-raw pixels, the flattened patches ``[N, M·q]`` (``pixel_probe_*``). Fine-tuning (MAE Figure 5)
-and partial fine-tuning of the last n blocks (MAE Figure 9) update the encoder itself; beside
-them stand training from scratch for the same number of updates (``random_finetune_acc``) and
-from scratch with its own budget chosen on validation (``scratch_best_finetune_acc``), so
-"pretraining helps" is tested against a well-trained model.
+the same probes on a freshly initialised encoder (``random_probe_*``: seed 001 found that
+frozen, pooled MAE features can probe *worse* than a random encoder; one encoder per seed,
+shared by every cell of a study, see :func:`random_init_model`) and on the raw pixels, the
+flattened patches ``[N, M·q]`` (``pixel_probe_*``). Fine-tuning (MAE Figure 5) and partial
+fine-tuning of the last n blocks (MAE Figure 9) update the encoder itself. Fine-tuning is
+compared like for like: at the fixed length ``eval.finetune_steps`` (``finetune_acc`` beside
+``random_finetune_acc``, training from scratch for as many updates), and at the length each
+model chooses for itself on validation from one candidate grid (``finetune_best_acc`` beside
+``scratch_best_finetune_acc``: same candidates, same selection, same refit), so "pretraining
+helps" is tested against a well-trained model and neither side gets a search the other lacks.
 
 What the frozen probes read is ``eval.features`` (:data:`mae_core.models.FEATURE_POOLS`: the
 mean-pooled tokens, the class token MAE's linear probe reads, or both); the linear probe's head is
@@ -18,12 +21,12 @@ linear layer trained by SGD (:mod:`evaluation.linear_head`). Fine-tuning follows
 or MAE's recipe with layer-wise decay, warm-up and cosine.
 
 Choices and the test split: every setting a probe chooses (the logistic-regression strength C
-of the linear and few-shot probes, the bn_linear head's step size, the kNN k, the from-scratch
-training length) is chosen on a validation split carved from the training split
-(:func:`validation_split`: stratified, ``eval.val_fraction`` of it, seeded by the trial's
-seed): fit on the training split minus the validation split, scored on the validation split,
-ties to the first (smallest) candidate. The chosen setting is then refitted on the whole
-training split (training + validation) and the test split is scored once, at the end.
+of the linear and few-shot probes, the bn_linear head's step size, the kNN k, the fine-tuning
+length of the pretrained and of the from-scratch model) is chosen on a validation split carved
+from the training split (:func:`validation_split`: stratified, ``eval.val_fraction`` of it,
+seeded by the trial's seed): fit on the training split minus the validation split, scored on
+the validation split, ties to the first (smallest) candidate. The chosen setting is then
+refitted on the whole training split (training + validation) and the test split is scored once, at the end.
 Pretraining itself reads no labels, and uses the whole training split.
 """
 
@@ -283,12 +286,32 @@ def frozen_probes(model: nn.Module, data: PatchData, split: ValidationSplit, set
                           split, settings, seed=seed, prefix=prefix)
 
 
+# Config keys that shape only what sits beside the encoder (the decoder, the objective's heads,
+# an MAE's mask tokens): the random-init reference's encoder is drawn as if they were at their
+# defaults, so it is one encoder per seed (and encoder keys), whatever the decoder of a cell.
+DECODER_ONLY_KEYS = ("objective", "mask_token_in_encoder", "decoder_width", "decoder_depth",
+                     "decoder_heads", "latent_dim")
+
+
 def random_init_model(config: Config, device: torch.device | None = None) -> nn.Module:
-    """The config's model at initialisation (``torch.manual_seed(config.seed)``, as a trial
-    starts), without touching the caller's global RNG state."""
+    """The config's model at initialisation, its encoder shared by every cell of a seed; the
+    caller's global RNG state is left alone.
+
+    The model is the config's (``build_model`` under ``torch.manual_seed(config.seed)``, as a
+    trial starts), but its encoder is replaced by the encoder of the same seed's model built with
+    :data:`DECODER_ONLY_KEYS` at their defaults. ``init_weights`` draws the encoder's weights
+    from the one generator after every layer's default initialisation, the decoder's included,
+    so without this each decoder shape (or objective) drew another encoder, and the baselines of
+    one seed differed across the cells of a decoder sweep. Probes and fine-tuning read the
+    encoder alone (``features``), so the decoder left in the model changes no baseline. For a
+    config whose decoder keys are the defaults this is exactly its own initial model."""
+    shared = config.model_copy(update={key: Config.model_fields[key].default for key in DECODER_ONLY_KEYS})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         model = build_model(config)
+        torch.manual_seed(config.seed)
+        encoder = build_model(shared).encoder
+    model.encoder.load_state_dict(encoder.state_dict())
     return model.to(device) if device is not None else model
 
 
@@ -468,23 +491,34 @@ def _finetune_options(settings: EvalConfig, data: PatchData, seed: int) -> dict:
                 head=settings.finetune_head)
 
 
+def tuned_finetune(model: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
+                   fixed_acc: float, options: dict) -> tuple[float, int]:
+    """``(test accuracy, steps)`` of fine-tuning ``model`` for the length it scores best at on
+    the validation split: the candidates ``settings.scratch_candidates`` (the one grid every
+    model of a trial, pretrained or from scratch, is tuned over), chosen by
+    :func:`choose_finetune_steps` on ``split.choice_data(data)``, then refitted on the whole
+    training split. ``fixed_acc`` is the accuracy of the same fine-tuning (same ``options``) at
+    ``settings.finetune_steps`` updates: a choice of that length reuses it rather than run twice."""
+    steps, _ = choose_finetune_steps(model, split.choice_data(data), settings.scratch_candidates, **options)
+    accuracy = fixed_acc if steps == settings.finetune_steps else finetune_accuracy(model, data, steps, **options)
+    return accuracy, steps
+
+
 def baseline_metrics(fresh: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
                      seed: int, options: dict) -> dict[str, float]:
     """The baselines of :func:`probe_metrics` (names in :data:`evaluation.baselines.BASELINE_PREFIXES`):
-    the frozen probes of ``fresh`` (the config's model at initialisation) and of raw pixels, and,
-    with ``finetune_steps > 0``, training ``fresh`` from scratch for as many updates and for the
-    candidate length best on validation, refitted on the whole training split."""
+    the frozen probes of ``fresh`` (:func:`random_init_model`) and of raw pixels, and, with
+    ``finetune_steps > 0``, training ``fresh`` from scratch for as many updates and for the
+    candidate length best on validation (:func:`tuned_finetune`), refitted on the whole training split."""
     train_y, test_y = data.train_labels.numpy(), data.test_labels.numpy()
     metrics = frozen_probes(fresh, data, split, settings, seed=seed, prefix="random_probe_")
     metrics.update(feature_probes(pixel_features(data.train_patches), train_y, pixel_features(data.test_patches),
                                   test_y, split, settings, seed=seed, prefix="pixel_probe_"))
     if settings.finetune_steps > 0:
         metrics["random_finetune_acc"] = finetune_accuracy(fresh, data, settings.finetune_steps, **options)
-        steps, _ = choose_finetune_steps(fresh, split.choice_data(data), settings.scratch_candidates, **options)
-        # refitted on the whole training split; at finetune_steps that is random_finetune_acc's run
-        metrics["scratch_best_finetune_acc"] = (
-            metrics["random_finetune_acc"] if steps == settings.finetune_steps
-            else finetune_accuracy(fresh, data, steps, **options))
+        accuracy, steps = tuned_finetune(fresh, data, split, settings, fixed_acc=metrics["random_finetune_acc"],
+                                         options=options)
+        metrics["scratch_best_finetune_acc"] = accuracy
         metrics["scratch_best_finetune_steps"] = float(steps)
     return metrics
 
@@ -494,13 +528,24 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
     """Every downstream metric of one trial (names are the MLflow metric names), with the
     settings of ``config.eval`` (``overrides`` replace some of them: ``finetune_steps=20``).
 
-    ``probe_{linear,fewshot,knn}_acc`` on ``model``; the same probes on a fresh model of the
-    same config (``random_probe_*``) and on raw pixels (``pixel_probe_*``), each with the
-    settings it chose on the validation split (``*_linear_c``, ``*_fewshot_c``, ``*_knn_k``);
-    with ``finetune_steps > 0`` also ``finetune_acc`` (all weights), ``random_finetune_acc``
-    (the same from random init, i.e. training from scratch for as many updates) and
-    ``scratch_best_finetune_acc`` (from scratch for ``scratch_best_finetune_steps`` updates,
-    the candidate of ``eval.scratch_candidates`` best on validation); with
+    ``probe_{linear,fewshot,knn}_acc`` on ``model``; the same probes on a random-init encoder
+    (``random_probe_*``, :func:`random_init_model`: one encoder per seed, whatever the decoder)
+    and on raw pixels (``pixel_probe_*``), each with the settings it chose on the validation
+    split (``*_linear_c``, ``*_fewshot_c``, ``*_knn_k``). With ``finetune_steps > 0``, fine-tuning
+    like for like, two ways:
+
+    * fixed length: ``finetune_acc`` (every weight of ``model`` plus a head, ``finetune_steps``
+      updates, no choice) beside ``random_finetune_acc`` (the same from random init, i.e.
+      training from scratch for as many updates);
+    * tuned length: ``finetune_best_acc`` (``model`` fine-tuned for ``finetune_best_steps``
+      updates) beside ``scratch_best_finetune_acc`` (from scratch for
+      ``scratch_best_finetune_steps``). Both lengths are chosen by :func:`tuned_finetune` from
+      the same candidates ``eval.scratch_candidates`` (multiples of ``eval.scratch_eval_every``
+      up to ``eval.scratch_max_steps``, default 4 x ``finetune_steps``) on the same validation
+      split, then refitted on the whole training split; a chosen length of ``finetune_steps``
+      reuses the fixed-length run.
+
+    With
     ``finetune_blocks=n`` also ``partial_finetune_acc`` (last n blocks + head; ``all``: every
     weight, which is ``finetune_acc``'s run); with
     ``finetune_shots=n`` every fine-tuning uses n labelled examples per class instead of the
@@ -510,9 +555,11 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
     ``probe_val_size`` (its validation part) and ``probe_test_size``. Every fine-tuning run
     follows ``eval.finetune_warmup_fraction`` and ``eval.finetune_schedule``; the layer-wise
     decay ``eval.finetune_layer_decay`` applies to the pretrained encoder's runs only (training
-    from scratch has no pretrained layers to preserve, as in MAE's from-scratch recipe).
+    from scratch has no pretrained layers to preserve, as in MAE's from-scratch recipe); every
+    other fine-tuning setting is the same for the pretrained and the from-scratch runs.
     With ``baselines`` (a study's :class:`~evaluation.baselines.BaselineCache`) the baselines are
-    read from a cell that computed them for the same key, or computed and kept for the others.
+    read from a cell that computed them for the same key, or computed and kept for the others;
+    the pretrained model's runs (``finetune_best_*`` included) are never cached.
     """
     settings = EvalConfig(**{**config.eval.model_dump(), **overrides}) if overrides else config.eval
     seed = config.seed if seed is None else seed
@@ -524,6 +571,10 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
     metrics = frozen_probes(model, data, split, settings, seed=seed)
     if settings.finetune_steps > 0:
         metrics["finetune_acc"] = finetune_accuracy(model, data, settings.finetune_steps, **pretrained)
+        accuracy, steps = tuned_finetune(model, data, split, settings, fixed_acc=metrics["finetune_acc"],
+                                         options=pretrained)
+        metrics["finetune_best_acc"] = accuracy
+        metrics["finetune_best_steps"] = float(steps)
         if settings.finetune_blocks == "all":  # every weight: finetune_acc's run, not run twice
             metrics["partial_finetune_acc"] = metrics["finetune_acc"]
         elif settings.finetune_blocks is not None:

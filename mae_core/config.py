@@ -115,13 +115,16 @@ class EvalConfig(BaseModel):
     # head normalises them first, which Figure 9's "0 blocks" point (the linear probe) reads.
     finetune_head: Literal["linear", "bn_linear"] = Field(
         "linear", description="fine-tuning's head: linear | bn_linear (MAE: BatchNorm without affine, then linear)")
-    # The from-scratch baseline with its own budget: trained on the training split minus the
-    # validation split, scored on validation every ``scratch_eval_every`` updates up to
+    # Fine-tuning with its own budget, for the from-scratch baseline and the pretrained model
+    # alike (one grid, one selection): trained on the training split minus the validation
+    # split, scored on validation every ``scratch_eval_every`` updates up to
     # ``scratch_max_steps``; the best count is refitted on the whole training split.
     scratch_max_steps: int | None = Field(
-        None, ge=1, description="longest from-scratch run tried; None = 4 x finetune_steps")
+        None, ge=1, description="longest fine-tuning run tried for the tuned lengths (from scratch and "
+                                "pretrained); None = 4 x finetune_steps")
     scratch_eval_every: int | None = Field(
-        None, ge=1, description="from-scratch updates between validation scores; None = finetune_steps // 2")
+        None, ge=1, description="updates between validation scores of the tuned-length search; "
+                                "None = finetune_steps // 2")
 
     @field_validator("linear_cs", "knn_ks", "bn_linear_lrs", mode="before")
     @classmethod
@@ -172,13 +175,14 @@ class EvalConfig(BaseModel):
 
     @property
     def resolved_scratch_max_steps(self) -> int:
-        """The cap of the from-scratch budget search (updates)."""
+        """The cap of the tuned-length search (updates), pretrained and from scratch."""
         return self.scratch_max_steps if self.scratch_max_steps is not None else 4 * self.finetune_steps
 
     @property
     def scratch_candidates(self) -> tuple[int, ...]:
-        """Update counts the from-scratch baseline is scored at on the validation split:
-        multiples of ``scratch_eval_every`` up to the cap, and the cap itself."""
+        """Update counts fine-tuning is scored at on the validation split, the same for the
+        pretrained model and the from-scratch baseline: multiples of ``scratch_eval_every`` up
+        to the cap, and the cap itself."""
         cap = self.resolved_scratch_max_steps
         every = self.scratch_eval_every if self.scratch_eval_every is not None else max(1, self.finetune_steps // 2)
         return tuple(sorted({*range(every, cap + 1, every), cap}))

@@ -28,8 +28,10 @@ def test_cells_share_a_key_only_when_their_baselines_read_the_same_things():
     tuned = {"eval.finetune_steps": 4}
     assert (_key(tiny_config(**tuned, **{"eval.finetune_blocks": 1, "eval.finetune_layer_decay": 0.75}))
             == _key(tiny_config(**tuned)))
-    for changed in (dict(seed=1), dict(encoder_width=32), dict(decoder_width=16),  # init order: see baseline_key
-                     dict(test_limit=12),
+    # nor the decoder: one random-init encoder per seed (evaluation.probes.random_init_model)
+    assert _key(tiny_config(decoder_width=16, decoder_depth=2)) == key
+    for changed in (dict(seed=1), dict(encoder_width=32), dict(encoder_depth=2),
+                    dict(test_limit=12),
                     {"eval.knn_ks": (3,)}, {"eval.finetune_steps": 4}):
         assert _key(tiny_config(**changed)) != key, changed
     data = prepare_data(reference)

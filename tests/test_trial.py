@@ -83,9 +83,10 @@ def test_a_trial_logs_its_baselines_and_trust_metrics(tmp_path):
     metrics, params = run.data.metrics, run.data.params
     for name in ("pixel_probe_linear_acc", "pixel_probe_fewshot_acc", "pixel_probe_knn_acc",
                  "random_probe_linear_acc", "probe_linear_acc", "finetune_acc", "random_finetune_acc",
-                 "scratch_best_finetune_acc"):
+                 "scratch_best_finetune_acc", "finetune_best_acc"):
         assert 0.0 <= metrics[name] <= 1.0, name
     assert metrics["scratch_best_finetune_steps"] in (1, 2, 3, 4, 5, 6, 7, 8)
+    assert metrics["finetune_best_steps"] in (1, 2, 3, 4, 5, 6, 7, 8)
     assert metrics["data_train_test_duplicates"] == 0.0
     assert metrics["probe_val_size"] > 0
     assert "test_allvisible_rec_risk" in metrics and "test_rec_risk" not in metrics
