@@ -46,7 +46,6 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from scipy import stats as sps
 from statsmodels.regression.mixed_linear_model import MixedLM
-from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
@@ -54,6 +53,7 @@ from evaluation.metrics import METRICS
 from mae_core.grid import find_cell, grid_cells, typed_value
 
 from .stats import FINISHED, cell_mask
+from .stats import holm as stats_holm
 
 ALPHA = 0.05  # the family-wise error rate of a study's claims
 POWER = 0.80  # the power n_needed plans for
@@ -70,7 +70,7 @@ CLAIM_COLUMNS = ["study", "claim", "kind", "metric", "cell", "reference", "n", "
                  "p_adjusted", "delta", "verdict", "n_needed"]
 EXTRA_COLUMNS = ["direction", "outcome", "p", "p_equivalence", "p_equivalence_adjusted", "ci_level",
                  "family_size", "model_effect", "model_p_adjusted", "model_verdict", "robust", "signflip_p",
-                 "declared"]
+                 "declared", "hypothesis", "alpha"]
 
 
 class ClaimSpec(BaseModel):
@@ -311,6 +311,11 @@ class Hypothesis:
     pairs: list[Paired]
     union: bool  # peak or trend: every pair must agree for better (and, for trend, worse)
 
+    @property
+    def key(self) -> str:
+        """The hypothesis' name across looks: the claim's, with the cell for a per-cell claim."""
+        return self.claim["name"] if self.union else f"{self.claim['name']}: {cell_text(self.pairs[0].cell)}"
+
     def direction_and_p(self, p_values: list[float], gains: list[float]) -> tuple[str, float]:
         """(direction, p) of the difference test. Single pair: its two-sided p and its sign.
         Trend: better (worse) when every step is better (worse): the largest p (IUT). Peak:
@@ -354,14 +359,13 @@ def _hypotheses(frame: pd.DataFrame, claims: list[dict]) -> list[Hypothesis]:
 
 
 def holm(p_values) -> np.ndarray:
-    """Holm's adjustment over one family (``statsmodels.stats.multitest.multipletests``); NaN
-    entries stay NaN and do not count in the family."""
-    p = np.asarray(p_values, dtype=float)
-    adjusted = np.full(p.shape, np.nan)
-    finite = np.isfinite(p)
-    if finite.any():
-        adjusted[finite] = multipletests(p[finite], alpha=ALPHA, method="holm")[1]
-    return adjusted
+    """Holm's adjustment over one family; NaN entries stay NaN and do not count in the family.
+
+    Hand-kept (:func:`analysis.stats.holm`) and tested equal to statsmodels'
+    ``multipletests(method="holm")``, which in statsmodels 0.15 runs a full garbage collection
+    per call (0.3 s): too slow for the simulated studies that check the sequential plan.
+    """
+    return stats_holm(p_values)
 
 
 def seeds_needed(effect: float, sd: float, n: int, delta: float, alpha: float) -> float:
@@ -395,10 +399,10 @@ def seeds_needed(effect: float, sd: float, n: int, delta: float, alpha: float) -
     return float(min(MAX_SEEDS, max(n + 1, math.ceil(min(candidates))))) if candidates else float(MAX_SEEDS)
 
 
-def _verdict(p_adjusted: float, p_equivalence_adjusted: float, direction: str) -> str:
-    if p_equivalence_adjusted < ALPHA:
+def _verdict(p_adjusted: float, p_equivalence_adjusted: float, direction: str, alpha: float = ALPHA) -> str:
+    if p_equivalence_adjusted < alpha:
         return "equivalent"
-    if p_adjusted < ALPHA:
+    if p_adjusted < alpha:
         return direction
     return "inconclusive"
 
@@ -470,7 +474,9 @@ def _model_tests(estimate: float, se: float, delta: float) -> tuple[float, float
 
 
 def decide_claims(frame: pd.DataFrame, claims: list[dict] | tuple[dict, ...], study: str = "",
-                  declared: str = "before the run") -> pd.DataFrame:
+                  declared: str = "before the run", *, alpha: float = ALPHA,
+                  only: set[str] | None = None, planning_alpha: float | None = None,
+                  robustness: bool = True) -> pd.DataFrame:
     """A row per hypothesis of the study's claims (columns :data:`CLAIM_COLUMNS` then
     :data:`EXTRA_COLUMNS`), decided as one family over the FINISHED trials of ``frame``.
 
@@ -482,11 +488,17 @@ def decide_claims(frame: pd.DataFrame, claims: list[dict] | tuple[dict, ...], st
     ``p_adjusted`` its Holm adjustment over the family; ``p_equivalence`` the TOST p and its
     adjustment; ``model_*`` the same decisions from the mixed model; ``robust`` says whether
     the two agree; ``signflip_p`` the exact sign-flip p (n ≥ 6); ``declared`` when the claims
-    were written.
+    were written; ``hypothesis`` the row's name across looks.
+
+    ``alpha`` is the family's level (a sequential look tests at its share of α, see
+    :mod:`analysis.sequential`); ``only`` restricts the family to those hypotheses (the ones a
+    look still has open); ``planning_alpha`` is the level ``n_needed`` plans for (default
+    ``alpha`` over the family); ``robustness=False`` skips the mixed model, the sign-flip
+    test and ``n_needed`` (their columns NaN), for a sequential look and for simulations.
     """
     finished = frame[frame["status"] == FINISHED] if "status" in frame else frame
     claims = [c for c in claims if c["metric"] in finished and (c["baseline"] is None or c["baseline"] in finished)]
-    hypotheses = _hypotheses(finished, claims)
+    hypotheses = [h for h in _hypotheses(finished, claims) if only is None or h.key in only]
     if not hypotheses:
         return pd.DataFrame(columns=CLAIM_COLUMNS + EXTRA_COLUMNS)
     tests = []
@@ -495,7 +507,7 @@ def decide_claims(frame: pd.DataFrame, claims: list[dict] | tuple[dict, ...], st
         direction, p = h.direction_and_p(p_values, [pair.gain for pair in h.pairs])
         equivalence = [pair.p_equivalence() for pair in h.pairs]
         p_eq = max(equivalence) if equivalence and all(map(math.isfinite, equivalence)) else math.nan
-        model = _model_pairs(h)
+        model = _model_pairs(h) if robustness else [(math.nan, math.nan)] * len(h.pairs)
         model_tests = [_model_tests(est, se, h.claim["delta"]) for est, se in model]
         model_direction, model_p = h.direction_and_p(
             [t[0] for t in model_tests], [pair.sign * est for pair, (est, _) in zip(h.pairs, model)])
@@ -504,7 +516,8 @@ def decide_claims(frame: pd.DataFrame, claims: list[dict] | tuple[dict, ...], st
                           model_eq=max(model_eq) if all(map(math.isfinite, model_eq)) else math.nan,
                           model=model))
     m = sum(math.isfinite(t["p"]) for t in tests)
-    level = 1 - ALPHA / max(m, 1)
+    level = 1 - alpha / max(m, 1)
+    planning = planning_alpha if planning_alpha is not None else alpha / max(m, 1)
     adjusted = holm([t["p"] for t in tests])
     adjusted_eq = holm([t["p_eq"] for t in tests])
     model_adjusted = holm([t["model_p"] for t in tests])
@@ -512,12 +525,13 @@ def decide_claims(frame: pd.DataFrame, claims: list[dict] | tuple[dict, ...], st
     rows = []
     for i, (h, t) in enumerate(zip(hypotheses, tests)):
         pair = h.binding()
-        verdict = _verdict(adjusted[i], adjusted_eq[i], t["direction"])
-        model_verdict = (_verdict(model_adjusted[i], model_adjusted_eq[i], t["model_direction"])
+        verdict = _verdict(adjusted[i], adjusted_eq[i], t["direction"], alpha)
+        model_verdict = (_verdict(model_adjusted[i], model_adjusted_eq[i], t["model_direction"], alpha)
                          if math.isfinite(model_adjusted[i]) else "not fitted")
         low, high = pair.interval(level)
         needed = (float(pair.n) if verdict != "inconclusive"
-                  else seeds_needed(pair.effect, pair.sd, pair.n, h.claim["delta"], ALPHA / max(m, 1)))
+                  else seeds_needed(pair.effect, pair.sd, pair.n, h.claim["delta"], planning) if robustness
+                  else math.nan)
         model_effect = t["model"][h.pairs.index(pair)][0]
         rows.append({
             "study": study, "claim": h.claim["name"], "kind": h.claim["kind"], "metric": h.claim["metric"],
@@ -529,11 +543,19 @@ def decide_claims(frame: pd.DataFrame, claims: list[dict] | tuple[dict, ...], st
             "family_size": m, "model_effect": model_effect, "model_p_adjusted": model_adjusted[i],
             "model_verdict": model_verdict,
             "robust": "yes" if model_verdict == verdict else f"no: the mixed model says {model_verdict}",
-            "signflip_p": pair.signflip_p(), "declared": declared,
+            "signflip_p": pair.signflip_p() if robustness else math.nan, "declared": declared, "hypothesis": h.key, "alpha": alpha,
         })
     table = pd.DataFrame(rows, columns=CLAIM_COLUMNS + EXTRA_COLUMNS)
     table["n"] = table["n"].astype(int)
     return table
+
+
+def claim_cells(claim: dict) -> list[dict[str, Any]]:
+    """Every cell a claim's hypotheses read (for a sequential look: where more seeds help it)."""
+    cells = [*claim["cells"], *([claim["cell"]] if claim.get("cell") else [])]
+    if claim["kind"] == "vs_reference":
+        cells.append(claim["reference"])
+    return cells
 
 
 def resolve_claims(raw: list[dict] | tuple[dict, ...], info: dict[str, Any]) -> tuple[list[dict], list[str]]:

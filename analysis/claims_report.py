@@ -22,6 +22,7 @@ from . import figures
 from .claims import ALPHA, CLAIM_COLUMNS, EXTRA_COLUMNS, MAX_SEEDS, MIN_SIGNFLIP_N, decide_claims, resolve_claims
 from .markdown import markdown_table
 from .partial_share import share_sentences
+from .sequential import Plan, decide_sequential
 
 # Colour-blind-safe (seaborn "colorblind"): green better, vermilion worse, blue equivalent, grey open.
 VERDICT_COLOURS = {"better": "#009E73", "worse": "#D55E00", "equivalent": "#0072B2", "inconclusive": "#7f7f7f"}
@@ -55,7 +56,17 @@ def decide(frame: pd.DataFrame, study: str, info: dict, raw_claims: Sequence[dic
     ``info``; ``declared`` says when they were written ("before the run", or after)."""
     claims, skipped = resolve_claims(list(raw_claims), info)
     claims, unmeasured = _unmeasured(frame, claims)
-    table = decide_claims(frame, claims, study, declared)
+    sequential = info.get("sequential")
+    if sequential and sequential.get("looks"):
+        axes = [a for a in info.get("axes", []) if a in frame]
+        table = decide_sequential(frame, claims, axes, Plan.from_dict(sequential["plan"]), sequential["looks"],
+                                  study, declared)
+    else:
+        if info.get("added_outside_plan"):
+            declared += (f"; seeds {', '.join(map(str, info['added_outside_plan']))} were added after a look "
+                         f"outside a sequential plan and are pooled: the error rate of these verdicts is not "
+                         f"controlled")
+        table = decide_claims(frame, claims, study, declared)
     text = " ".join([claims_text(table, declared, info.get("smoke", False)), *share_sentences(frame)])
     return Claims(table, text, skipped + unmeasured)
 
@@ -149,7 +160,8 @@ def write_claims(claims: Claims, study: str, out: Path, formats: Sequence[str] =
     """``claims.csv``, ``claims.md`` and ``fig_claims`` (both widths) in ``out``; returns the
     paths and the full-width PNG (empty without rows)."""
     paths = [out / CLAIMS_FILE, out / "claims.md"]
-    claims.table.to_csv(paths[0], index=False, columns=CLAIM_COLUMNS + EXTRA_COLUMNS)
+    extra = [c for c in claims.table.columns if c not in CLAIM_COLUMNS + EXTRA_COLUMNS]  # a sequential look
+    claims.table.to_csv(paths[0], index=False, columns=CLAIM_COLUMNS + EXTRA_COLUMNS + extra)
     skipped = "".join(f"\n- {line}" for line in claims.skipped)
     table = display_table(claims.table)
     body = markdown_table(table) if len(table) else ""

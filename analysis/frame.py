@@ -23,7 +23,8 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 from pydantic.fields import FieldInfo
 
-from evaluation.metrics import DIAGNOSTIC_METRICS, DOWNSTREAM_METRICS, REFERENCE_METRICS, RISK_METRICS
+from evaluation.metrics import (COMPUTE_METRICS, DIAGNOSTIC_METRICS, DOWNSTREAM_METRICS, REFERENCE_METRICS,
+                                RISK_METRICS)
 from mae_core.config import EVAL_PREFIX, Config, EvalConfig
 from mae_core.errors import UserError
 
@@ -38,7 +39,7 @@ class ReportError(UserError):
 # or plots them as one.
 FINAL_METRICS = (*RISK_METRICS, "test_mae_risk_stderr", "test_baseline_risk", *DIAGNOSTIC_METRICS,
                  *DOWNSTREAM_METRICS, *REFERENCE_METRICS, "scratch_best_finetune_steps", "finetune_best_steps",
-                 "data_train_test_duplicates", "train_loss", "train_seconds")
+                 "data_train_test_duplicates", "train_loss", "train_seconds", *COMPUTE_METRICS)
 
 # Params the config derives (Config.resolved()) rather than declares: their types. The
 # effective mask ratio is one of them (stores written before it became a param only also hold
@@ -128,7 +129,8 @@ def _experiment_id(client: MlflowClient, experiment: str, tracking_uri: str) -> 
     return found.experiment_id
 
 
-def _search(client: MlflowClient, experiment_id: str, filter_string: str) -> list[Run]:
+def search_all(client: MlflowClient, experiment_id: str, filter_string: str) -> list[Run]:
+    """Every run of the experiment matching ``filter_string``, page by page."""
     runs: list[Run] = []
     token = None
     while True:
@@ -146,13 +148,15 @@ def _study_runs(tracking_uri: str, study: str, experiment: str,
     client = _client(tracking_uri)
     experiment_id = _experiment_id(client, experiment, tracking_uri)
     quoted = study.replace("'", "\\'")
-    tagged = _search(client, experiment_id, f"tags.study = '{quoted}'")
+    tagged = search_all(client, experiment_id, f"tags.study = '{quoted}'")
     parents = [run for run in tagged if MLFLOW_PARENT_RUN_ID not in run.data.tags]
     if not parents:
-        known = sorted({run.data.tags["study"] for run in _search(client, experiment_id, "")
+        known = sorted({run.data.tags["study"] for run in search_all(client, experiment_id, "")
                         if "study" in run.data.tags})
         have = f"; studies there: {', '.join(known)}" if known else "; it holds no studies"
         raise ReportError(f"no study {study!r} in experiment {experiment!r} at {tracking_uri}{have}")
+    if parent_run_id is None:  # an `evaluate` run (tagged evaluation_of) is read when named with --run
+        parents = [run for run in parents if "evaluation_of" not in run.data.tags] or parents
     if parent_run_id is not None:
         chosen = [run for run in parents if run.info.run_id == parent_run_id]
         if not chosen:
@@ -264,8 +268,10 @@ def load_study_info(tracking_uri: str, study: str, experiment: str = "mae-study"
     ``smoke`` tag (True only for "True"), ``paper`` and ``reference`` (the tag's JSON mapping of
     axis -> value, None where the tag is absent or unreadable), ``zip`` (the zipped groups, a
     list of key -> values mappings; empty for none) and ``search`` (the search's algorithm,
-    samples, metric, mode and space; None for a grid) and ``claims`` (the study file's declared
-    claims as written, empty for none)."""
+    samples, metric, mode and space; None for a grid), ``claims`` (the study file's declared
+    claims as written, empty for none), ``sequential`` (``--until-decided``: its plan and the
+    seeds each cell held at every look; None otherwise) and ``added_outside_plan`` (seeds added
+    by ``--add-seeds`` with no sequential plan)."""
     parent, _ = _study_runs(tracking_uri, study, experiment, parent_run_id, smoke)
     tags = parent.data.tags
     try:
@@ -278,11 +284,14 @@ def load_study_info(tracking_uri: str, study: str, experiment: str = "mae-study"
         reference = None
     zipped, search = _json_tag(tags, "zip", list), _json_tag(tags, "search", dict)
     claims = [c for c in _json_tag(tags, "claims", list) or [] if isinstance(c, dict)]
+    plan, looks = _json_tag(tags, "sequential_plan", dict), _json_tag(tags, "sequential_looks", list)
     return {"run_id": parent.info.run_id, "run_name": parent.info.run_name,
             "start_time": parent.info.start_time, "axes": _axes_of(parent), "grid": grid,
             "smoke": is_smoke(parent), "paper": tags.get("paper"),
             "reference": reference if isinstance(reference, dict) else None,
-            "zip": [g for g in zipped or [] if isinstance(g, dict)], "search": search, "claims": claims}
+            "zip": [g for g in zipped or [] if isinstance(g, dict)], "search": search, "claims": claims,
+            "sequential": {"plan": plan, "looks": looks or []} if plan else None,
+            "added_outside_plan": _json_tag(tags, "seeds_added_outside_plan", list) or []}
 
 
 def _json_tag(tags: dict[str, str], key: str, kind: type):

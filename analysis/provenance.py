@@ -71,6 +71,25 @@ def _seeds(frame: pd.DataFrame) -> str:
     return f"{', '.join(map(str, seeds))} ({len(seeds)} seeds)" if seeds else "not recorded"
 
 
+def _compute(frame: pd.DataFrame) -> str:
+    """The study's compute in all (per cell: summary.csv's compute columns): pretraining and
+    evaluation wall time summed over trials, and pretraining FLOPs (FLOPs per update x updates)."""
+    if "pretrain_seconds" not in frame or frame["pretrain_seconds"].isna().all():
+        return "not recorded by these runs"
+
+    def duration(seconds: float) -> str:
+        return (f"{seconds:.3g} s" if seconds < 120 else f"{seconds / 60:.3g} min" if seconds < 7200
+                else f"{seconds / 3600:.3g} h")
+
+    logged = frame[frame["pretrain_seconds"].notna()]
+    text = (f"pretraining {duration(logged['pretrain_seconds'].sum())}, evaluation "
+            f"{duration(logged.get('eval_seconds', pd.Series(dtype=float)).sum())} (wall time summed over {len(logged)} trials)")
+    if "steps" in logged and "flops_per_update" in logged:
+        flops = (logged["flops_per_update"] * pd.to_numeric(logged["steps"], errors="coerce")).sum()
+        text += f"; {flops:.3g} pretraining FLOPs"
+    return text
+
+
 def _tags(tracking_uri: str, run_id: str) -> dict[str, str]:
     try:
         return dict(MlflowClient(tracking_uri).get_run(run_id).data.tags)
@@ -101,6 +120,7 @@ def provenance(tracking_uri: str, study: str, info: dict, frame: pd.DataFrame) -
         ("pretraining", ", ".join(p for p in (steps, batch) if p) or "not recorded"),
         ("seeds", _seeds(frame)),
         ("trials", trials),
+        ("compute", _compute(frame)),
         ("command", command),
         ("git commit", commit or "not recorded (not run from a git checkout)"),
         ("machine", tags.get("machine", "not recorded by this store")),

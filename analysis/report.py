@@ -50,7 +50,7 @@ from .frame import (
     load_study_info,
 )
 from evaluation import reconstruction_grid
-from evaluation.metrics import METRICS, RISK_MEANING_AXES
+from evaluation.metrics import METRICS, RISK_MEANING_AXES, block_metric_names
 from mae_core.grid import default_reference
 
 from .search import chosen_zip, search_ranking
@@ -369,7 +369,7 @@ def _write_tables(frame: pd.DataFrame, study: str, by: list[str], out: Path,
                   run_id: str = "") -> tuple[pd.DataFrame, list[Path]]:
     """``summary.{csv,md,tex}``: the numeric summary (csv) and its ``mean ± sd`` text (md, tex;
     every metric, so wide: the paper's table is :func:`_write_paper_table`'s)."""
-    metrics = _present(frame, TABLE_METRICS)
+    metrics = _present(frame, (*TABLE_METRICS, *block_metric_names(frame.columns)))  # + eval.probe_blocks'
     summary = summarise(frame, by, metrics)
     display = display_table(summary, by or ["study"], metrics)
     caption = (f"Study {study}: mean ± sd over seeds, n finished runs per cell "

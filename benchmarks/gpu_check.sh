@@ -63,10 +63,12 @@ if [[ "$device" == cuda ]]; then
   smi_rc=${PIPESTATUS[0]}
 fi
 
-# The device tests: bf16 training of every model variant, and the risks on the device.
+# The device tests: bf16 training of every model variant, the risks on the device, and one update
+# captured in a CUDA graph against the eager losses (skipped on the CPU).
 t0=$SECONDS
 MAE_TEST_DEVICE="$device" timeout -k 10 "${TESTS_TIMEOUT_S:-120}" "$py" -m pytest -rfEs -p no:cacheprovider \
-  --junitxml "$out/tests.xml" tests/test_precision.py tests/test_objectives_device.py 2>&1 | tee "$out/tests.txt"
+  --junitxml "$out/tests.xml" tests/test_precision.py tests/test_objectives_device.py \
+  tests/test_train_capturable.py::test_a_captured_update_gives_the_eager_losses_on_cuda 2>&1 | tee "$out/tests.txt"
 tests_rc=${PIPESTATUS[0]}
 tests_s=$((SECONDS - t0))
 

@@ -37,9 +37,9 @@ from mae_core.config import Config, EvalConfig
 from mae_core.train import PatchData
 
 FORMAT = 1  # the file's layout
-# eval.* keys only the pretrained encoder's fine-tuning reads: cells that differ in them alone
+# eval.* keys only the pretrained encoder's fine-tuning (or layer-wise probes) reads: cells that differ in them alone
 # (partial_finetune's rows) share their baselines.
-PRETRAINED_ONLY_SETTINGS = ("finetune_blocks", "finetune_layer_decay")
+PRETRAINED_ONLY_SETTINGS = ("finetune_blocks", "finetune_layer_decay", "probe_blocks")
 # The code that computes baselines is part of the key: an edited probe never reads old numbers.
 _SOURCES = ("probes.py", "linear_head.py", "finetune_recipe.py", "baselines.py")
 BASELINE_PREFIXES = ("random_probe_", "pixel_probe_", "random_finetune_", "scratch_best_finetune_")

@@ -5,7 +5,10 @@ metric is named and described once. Kinds: ``risk`` (the spec's empirical risks)
 (the mean-pixel predictor's risk), ``diagnostic`` (a number in target units that is *not* one
 of the spec's risks, e.g. an MAE's error with every patch visible, outside ``V_k``: never
 correlated with probes, never plotted as a risk), ``downstream`` (probes, fine-tuning),
-``reference`` (their baselines: random init, raw pixels, from scratch) and ``bookkeeping``.
+``reference`` (their baselines: random init, raw pixels, from scratch) and ``bookkeeping``
+(compute included: :data:`COMPUTE_METRICS`). Layer-wise probe names (``eval.probe_blocks``:
+``probe_linear_acc_block2``) are not rows of their own: a lookup derives them from the base row
+(:func:`block_metric`).
 ``RISK_MEANING_AXES`` lists the config axes across which a
 risk is not the same quantity (a "best risk" or a risk-vs-quality correlation across such cells
 compares unlike numbers).
@@ -13,6 +16,8 @@ compares unlike numbers).
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass
 
 ACCURACY = "accuracy (test split)"
@@ -71,7 +76,55 @@ def _chosen(prefix: str, whose: str) -> tuple[Metric, ...]:
     )
 
 
-METRICS: dict[str, Metric] = {m.name: m for m in (
+BLOCK_SUFFIX = "_block"  # probe_linear_acc_block2: the probe of the features after encoder block 2
+_BLOCK_NAME = re.compile(r"(probe_\w+?)_block([1-9][0-9]*)")
+
+
+def block_metric_name(base: str, block: int) -> str:
+    """``eval.probe_blocks``' name of ``base`` (a ``probe_*`` metric) read after block ``block``."""
+    return f"{base}{BLOCK_SUFFIX}{block}"
+
+
+class _MetricTable(dict):
+    """The table as a dict of its fixed rows; a lookup (``[]``, ``get``, ``in``) of a layer-wise
+    probe name ``probe_*_blockN`` (``eval.probe_blocks``) also finds its row, derived from the
+    base row by :func:`block_metric`. Iteration lists the fixed rows only."""
+
+    def __missing__(self, name: str) -> Metric:
+        row = block_metric(name)
+        if row is None:
+            raise KeyError(name)
+        return row
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
+
+    def __contains__(self, name) -> bool:
+        return dict.__contains__(self, name) or block_metric(name) is not None
+
+
+def block_metric(name: str) -> Metric | None:
+    """The row of ``probe_<x>_blockN`` (``eval.probe_blocks``): the base row ``probe_<x>`` with
+    "after block N" in its label and sentence, the same unit, direction, delta and references
+    (the random-init and raw-pixel references stay the final-layer ones); None for any other name."""
+    match = _BLOCK_NAME.fullmatch(name) if isinstance(name, str) else None
+    base = dict.get(METRICS, match.group(1)) if match else None
+    if base is None:
+        return None
+    block = int(match.group(2))
+    return dataclasses.replace(base, name=name, label=f"{base.label}, after block {block}",
+                               plain=f"{base.plain} after encoder block {block}")
+
+
+def block_metric_names(names) -> list[str]:
+    """The layer-wise probe names among ``names`` (e.g. a frame's columns): by base row, then block."""
+    order = {name: i for i, name in enumerate(METRICS)}
+    found = [n for n in names if isinstance(n, str) and not dict.__contains__(METRICS, n) and block_metric(n)]
+    return sorted(found, key=lambda n: (order[_BLOCK_NAME.fullmatch(n).group(1)],
+                                        int(_BLOCK_NAME.fullmatch(n).group(2))))
+
+
+METRICS: dict[str, Metric] = _MetricTable({m.name: m for m in (
     _risk("test_mae_risk", "masked MSE", "masked risk"),
     _risk("test_rec_risk", "reconstruction MSE", "reconstruction risk"),
     _risk("test_den_risk", "denoising MSE", "denoising risk"),
@@ -117,7 +170,18 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            "number of test images byte-equal to a training image", "images", True),
     Metric("train_loss", "bookkeeping", "training loss", "training loss", "target", True),
     Metric("train_seconds", "bookkeeping", "training time (s)", "training time", "s", True),
-)}  # the effective mask ratio (M-k)/M is a param (Config.resolved()), not a metric
+    # Compute (mae_core.compute): pretrain_seconds is train_seconds under the name the compute
+    # columns share (both kept: older stores have train_seconds only).
+    Metric("model_parameters", "bookkeeping", "trainable parameters (pretraining model)",
+           "trainable parameters of the pretraining model (encoder and decoder)", "parameters", True),
+    Metric("flops_per_update", "bookkeeping", "FLOPs per update (forward + backward)",
+           "FLOPs of one training update, forward and backward (torch's FlopCounterMode)", "FLOPs", True),
+    Metric("updates_per_second", "bookkeeping", "training updates per second",
+           "training updates per second of wall time", "updates/s", False),
+    Metric("pretrain_seconds", "bookkeeping", "pretraining time (s)", "pretraining wall time", "s", True),
+    Metric("eval_seconds", "bookkeeping", "evaluation time (s)",
+           "in-trial evaluation wall time (risks, probes, baselines, fine-tuning)", "s", True),
+)})  # the effective mask ratio (M-k)/M is a param (Config.resolved()), not a metric
 
 
 def names(kind: str) -> tuple[str, ...]:
@@ -129,6 +193,9 @@ RISK_METRICS = names("risk")  # the spec's risks only: what reports correlate wi
 DIAGNOSTIC_METRICS = names("diagnostic")
 DOWNSTREAM_METRICS = names("downstream")
 REFERENCE_METRICS = names("reference")
+# What a trial's pretraining and evaluation cost (mae_core.compute; bookkeeping rows above)
+COMPUTE_METRICS = ("model_parameters", "flops_per_update", "updates_per_second", "pretrain_seconds",
+                   "eval_seconds")
 
 # Config axes that change what a risk measures, and what they change.
 RISK_MEANING_AXES: dict[str, str] = {

@@ -57,6 +57,7 @@ from mae_core.train import PatchData
 from .baselines import BaselineCache, baseline_key
 from .finetune_recipe import depends_on_length, finetune_lr, layer_groups
 from .linear_head import BNLinearRecipe, bn_linear_accuracy, bn_linear_head, bn_linear_path
+from .metrics import block_metric_name
 
 FEATURE_BATCH = 512  # images per forward pass when extracting features
 # Defaults of the pure functions; a trial's values are its typed ``eval.*`` keys (EvalConfig).
@@ -257,14 +258,15 @@ def _device(model: nn.Module) -> torch.device:
 
 
 def extract_features(model: nn.Module, patches: torch.Tensor, batch_size: int = FEATURE_BATCH,
-                     pool: str = "auto") -> np.ndarray:
+                     pool: str = "auto", blocks: int | None = None) -> np.ndarray:
     """``patches [N,M,q] -> float32 [N,F]`` on the CPU, in batches, without gradients; ``pool``
     (``eval.features``) picks mean-pooled tokens, the class token or both (``auto``: the
-    model's own ``features``)."""
+    model's own ``features``); ``blocks``: after the first b encoder blocks (``eval.probe_blocks``)."""
     device = _device(model)
+    options = {**({"pool": pool} if pool != "auto" else {}), **({"blocks": blocks} if blocks is not None else {})}
 
     def features(x: torch.Tensor) -> torch.Tensor:
-        return model.features(x) if pool == "auto" else model.features(x, pool=pool)
+        return model.features(x, **options)
 
     with _eval_mode(model), torch.inference_mode():
         parts = [features(patches[i:i + batch_size].to(device)).float().cpu()
@@ -278,12 +280,32 @@ def pixel_features(patches: torch.Tensor) -> np.ndarray:
 
 
 def frozen_probes(model: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
-                  seed: int, prefix: str = "probe_") -> dict[str, float]:
-    """:func:`feature_probes` on ``model``'s frozen features of ``data`` (``settings.features``)."""
+                  seed: int, prefix: str = "probe_", blocks: int | None = None) -> dict[str, float]:
+    """:func:`feature_probes` on ``model``'s frozen features of ``data`` (``settings.features``);
+    ``blocks=b``: of the features after the first b encoder blocks, every name suffixed
+    ``_block<b>`` (:func:`evaluation.metrics.block_metric_name`)."""
     pool = settings.features
-    return feature_probes(extract_features(model, data.train_patches, pool=pool), data.train_labels.numpy(),
-                          extract_features(model, data.test_patches, pool=pool), data.test_labels.numpy(),
-                          split, settings, seed=seed, prefix=prefix)
+    metrics = feature_probes(
+        extract_features(model, data.train_patches, pool=pool, blocks=blocks), data.train_labels.numpy(),
+        extract_features(model, data.test_patches, pool=pool, blocks=blocks), data.test_labels.numpy(),
+        split, settings, seed=seed, prefix=prefix)
+    return metrics if blocks is None else {block_metric_name(k, blocks): v for k, v in metrics.items()}
+
+
+def layer_probes(model: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
+                 seed: int, final: dict[str, float]) -> dict[str, float]:
+    """The frozen probes after each block of ``settings.probe_blocks`` (``probe_*_block<b>``):
+    the same probes, choices and pooling as the final layer's, on the tokens after b blocks with
+    the encoder's final norm applied. The features after ``encoder_depth`` blocks are the
+    final-layer features bitwise, so that block reuses ``final`` (the final-layer probes'
+    metrics) rather than fitting the same probes twice."""
+    metrics: dict[str, float] = {}
+    for blocks in settings.probe_blocks:
+        if blocks == _depth(model):
+            metrics.update({block_metric_name(k, blocks): v for k, v in final.items()})
+        else:
+            metrics.update(frozen_probes(model, data, split, settings, seed=seed, blocks=blocks))
+    return metrics
 
 
 # Config keys that shape only what sits beside the encoder (the decoder, the objective's heads,
@@ -531,7 +553,9 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
     ``probe_{linear,fewshot,knn}_acc`` on ``model``; the same probes on a random-init encoder
     (``random_probe_*``, :func:`random_init_model`: one encoder per seed, whatever the decoder)
     and on raw pixels (``pixel_probe_*``), each with the settings it chose on the validation
-    split (``*_linear_c``, ``*_fewshot_c``, ``*_knn_k``). With ``finetune_steps > 0``, fine-tuning
+    split (``*_linear_c``, ``*_fewshot_c``, ``*_knn_k``). With ``probe_blocks``, the pretrained
+    model's frozen probes also after each of those blocks (:func:`layer_probes`:
+    ``probe_linear_acc_block2``, ...). With ``finetune_steps > 0``, fine-tuning
     like for like, two ways:
 
     * fixed length: ``finetune_acc`` (every weight of ``model`` plus a head, ``finetune_steps``
@@ -569,6 +593,7 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
     options = _finetune_options(settings, data, seed)
     pretrained = dict(options, layer_decay=settings.finetune_layer_decay)
     metrics = frozen_probes(model, data, split, settings, seed=seed)
+    metrics.update(layer_probes(model, data, split, settings, seed=seed, final=metrics))
     if settings.finetune_steps > 0:
         metrics["finetune_acc"] = finetune_accuracy(model, data, settings.finetune_steps, **pretrained)
         accuracy, steps = tuned_finetune(model, data, split, settings, fixed_acc=metrics["finetune_acc"],

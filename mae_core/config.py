@@ -27,6 +27,17 @@ from .errors import UserError, first_problem
 # digits model and more on larger ones (``mae-study bench``: compile_break_even_steps); from
 # this many updates on it pays for itself even cold, so compile="auto" turns it on there.
 COMPILE_AUTO_MIN_STEPS = 20_000
+# On CUDA the break-even is much shorter: issue 26 reports that a ViT-B/16 MAE (224 px, batch
+# 256, bf16) on an H200 pays its compilation back after about 1,750 updates (measured by the
+# issue's author, not in this repository; ECOSYSTEM_NOTES: a 31 s compile, 27% -> 36% of peak).
+COMPILE_AUTO_MIN_STEPS_CUDA = 1_750
+
+
+def compile_pays_off(device_type: str, steps: int) -> bool:
+    """``compile=auto``'s rule: compile a run of ``steps`` updates on ``device_type``
+    (``"cpu"``, ``"cuda"``) once it reaches that device class's break-even; any device
+    other than CUDA keeps the CPU's."""
+    return steps >= (COMPILE_AUTO_MIN_STEPS_CUDA if device_type == "cuda" else COMPILE_AUTO_MIN_STEPS)
 
 
 class ConfigError(UserError):
@@ -77,6 +88,13 @@ class EvalConfig(BaseModel):
     features: Literal["auto", "mean", "cls", "both"] = Field(
         "auto", description="probe features: mean-pooled tokens, class token, or both; "
                             "auto = both with class_token, mean without; cls and both need class_token")
+    # Layer-wise probes (MultiMAE, SimMIM: the best probing depth is often not the last): the
+    # same frozen probes, choices and pooling on the tokens after the first b blocks, with the
+    # encoder's final LayerNorm applied (DINOv2's get_intermediate_layers(norm=True)), so
+    # b = encoder_depth is the final-layer probe itself.
+    probe_blocks: tuple[int, ...] = Field(
+        (), description="also probe the features after these encoder blocks (1-based counts in "
+                        "[1, encoder_depth], final norm applied): probe_*_acc_block<b>; empty = none")
     # The linear probe's head: today's standardised logistic regression, or MAE's
     # main_linprobe.py head (BatchNorm without affine, then linear) trained by SGD with momentum
     # 0.9, warm-up and cosine; its base step size is chosen on the validation split. The
@@ -146,6 +164,22 @@ class EvalConfig(BaseModel):
         if any(not (v > 0 and math.isfinite(v)) for v in value):
             raise ValueError("every value must be positive and finite")
         return tuple(sorted(set(value)))
+
+    @field_validator("probe_blocks", mode="before")
+    @classmethod
+    def _block_list(cls, value: Any) -> Any:
+        """``[2,4]``, ``"2,4"``, ``"[2, 4]"``, ``2``, null or ``[]`` -> ascending distinct block counts ≥ 1."""
+        if value is None:
+            return ()
+        parts = value.strip("[]() ").replace(",", " ").split() if isinstance(value, str) else (
+            [value] if isinstance(value, int) else value)
+        try:
+            blocks = [int(str(part).strip()) for part in parts if not isinstance(part, bool)]
+        except (TypeError, ValueError):
+            blocks = None
+        if blocks is None or len(blocks) != len(list(parts)) or any(b < 1 for b in blocks):
+            raise ValueError("must be a list of encoder block counts ≥ 1, e.g. [2,4]")
+        return tuple(sorted(set(blocks)))
 
     @field_validator("finetune_blocks", mode="before")
     @classmethod
@@ -272,7 +306,21 @@ class Config(BaseModel):
     precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "auto", description="forward pass; auto = bf16 on CUDA, fp32 on the CPU")
     compile: Literal["auto"] | bool = Field(
-        "auto", description=f"torch.compile; auto: runs of >= {COMPILE_AUTO_MIN_STEPS} updates")
+        "auto", description=f"torch.compile; auto: runs of >= {COMPILE_AUTO_MIN_STEPS} updates on the CPU, "
+                            f">= {COMPILE_AUTO_MIN_STEPS_CUDA} on CUDA")
+    # Issue 26: a small model's update is launch-bound on CUDA (the digits default: 846 aten
+    # calls, 412 kernels per update), so the lever is one CUDA graph per update. The update can
+    # only be captured when nothing in it reads a host value: step size and step count live on
+    # the device, and I_t, V_t are drawn ahead (same sampler, same order: the same numbers).
+    capturable: bool = Field(
+        False, description="the update a CUDA graph can hold: step size and step count as device tensors, "
+                           "AdamW capturable, I_t and V_t drawn ahead into fixed buffers (same draws, same "
+                           "numbers as the eager loop); uncaptured on the CPU; objective mae | ae, augment none")
+    cuda_graph: Literal["auto"] | bool = Field(
+        "auto", description="capture one whole update as a CUDA graph (a captured update is capturable); auto and true "
+                            "capture on CUDA for objective mae | ae, mask_sampling random | grid, precision "
+                            "fp32 | bf16, optimizer adamw, augment none, images in memory; other runs stay "
+                            "eager and say why")
     # The trained encoder (patches [B,M,q] -> features [B,F]) as an MLflow model of the run:
     # a study of many trials would otherwise fill the artifact store with large models unasked.
     log_model: bool = Field(True, description="log the trained encoder as an mlflow.pytorch model of the run")
@@ -288,7 +336,7 @@ class Config(BaseModel):
         except ValidationError as error:
             raise ConfigError(_one_line(error)) from None
 
-    @field_validator("compile", mode="before")
+    @field_validator("compile", "cuda_graph", mode="before")
     @classmethod
     def _compile_choice(cls, value: Any) -> Any:
         words = {"auto": "auto", "true": True, "false": False}
@@ -337,10 +385,20 @@ class Config(BaseModel):
                              "patches, where the strict T_norm is undefined; use target=norm_eps")
         if self.mask_token_in_encoder and self.objective != "mae":
             raise ValueError("mask_token_in_encoder applies only to objective=mae")
+        # Both draw from the sampler between host-side steps that depend on the batch (the
+        # corruption of the images; crop matrices built on the host), so nothing can be drawn ahead.
+        if self.capturable and self.objective == "dae":
+            raise ValueError("capturable=true needs objective=mae or ae: objective=dae corrupts each batch on the host")
+        if self.capturable and self.augment != "none":
+            raise ValueError(f"capturable=true needs augment=none: augment={self.augment} builds its crops on the host")
         blocks = self.eval.finetune_blocks
         if isinstance(blocks, int) and blocks > self.encoder_depth:
             raise ValueError(f"eval.finetune_blocks={blocks} must lie in [0, {self.encoder_depth}] "
                              "(the encoder's depth) or be all")
+        too_deep = [b for b in self.eval.probe_blocks if b > self.encoder_depth]
+        if too_deep:
+            raise ValueError(f"eval.probe_blocks={list(self.eval.probe_blocks)}: block {too_deep[0]} is outside "
+                             f"[1, {self.encoder_depth}] (encoder_depth={self.encoder_depth})")
         if self.eval.features in ("cls", "both") and not self.class_token:
             raise ValueError(f"eval.features={self.eval.features} reads the class token; "
                              "set class_token=true or use eval.features=mean")
@@ -407,9 +465,23 @@ class Config(BaseModel):
         return self.lr * self.batch_size / 256 if self.optimizer == "adamw" else self.lr
 
     @property
+    def device_type(self) -> str:
+        """``cpu`` or ``cuda``: ``device``, with ``auto`` resolved as the trainer does."""
+        if self.device != "auto":
+            return self.device
+        import torch  # here, not at the top: ``mae-study config`` starts without torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    @property
     def compile_enabled(self) -> bool:
-        """Whether the trainer compiles the model: ``compile`` itself, or for ``auto`` the run's length."""
-        return self.steps >= COMPILE_AUTO_MIN_STEPS if self.compile == "auto" else self.compile
+        """Whether the trainer compiles the model on :attr:`device_type` (see :meth:`compile_enabled_on`)."""
+        return self.compile_enabled_on(self.device_type)
+
+    def compile_enabled_on(self, device_type: str) -> bool:
+        """``compile`` itself, or for ``auto`` the run's length against ``device_type``'s
+        break-even (:func:`compile_pays_off`)."""
+        return compile_pays_off(device_type, self.steps) if self.compile == "auto" else self.compile
 
     @property
     def warmup_steps(self) -> int:

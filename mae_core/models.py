@@ -111,8 +111,12 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(Block(width, heads, mlp_ratio) for _ in range(depth))
         self.norm = nn.LayerNorm(width, eps=LAYER_NORM_EPS)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
+    def forward(self, x: torch.Tensor, blocks: int | None = None) -> torch.Tensor:
+        """``blocks``: apply only the first ``blocks`` blocks (1-based count, in [1, depth]), then
+        the final norm; None = all (the layer-wise probes' features, ``eval.probe_blocks``)."""
+        if blocks is not None and not 1 <= blocks <= len(self.blocks):
+            raise ValueError(f"blocks={blocks} must lie in [1, {len(self.blocks)}] (the depth)")
+        for block in self.blocks if blocks is None else self.blocks[:blocks]:
             x = block(x)
         return self.norm(x)
 
@@ -147,12 +151,14 @@ class ViTEncoder(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, width)) if class_token else None
         self.transformer = Transformer(width, depth, heads, mlp_ratio)
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """Embedded tokens ``[B,L,D]`` at grid ``positions [B,L]`` -> (class token ``[B,D]`` or None, tokens ``[B,L,D]``)."""
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor,
+                blocks: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Embedded tokens ``[B,L,D]`` at grid ``positions [B,L]`` -> (class token ``[B,D]`` or None, tokens ``[B,L,D]``);
+        ``blocks``: after the first ``blocks`` blocks (final norm applied; see :class:`Transformer`)."""
         x = tokens + self.positions()[positions]
         if self.cls_token is None:
-            return None, self.transformer(x)
-        x = self.transformer(torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1))
+            return None, self.transformer(x, blocks=blocks)
+        x = self.transformer(torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1), blocks=blocks)
         return x[:, 0], x[:, 1:]
 
 
@@ -209,18 +215,19 @@ class MaskedAutoencoder(nn.Module):
             if token is not None:
                 nn.init.normal_(token, std=0.02)
 
-    def _encode(self, values: torch.Tensor, visible: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+    def _encode(self, values: torch.Tensor, visible: torch.Tensor,
+                blocks: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
         """values ``[B,k,q]``, visible ``[B,k]`` -> (cls ``[B,D]`` | None, tokens ``[B,k,D]``,
-        or ``[B,M,D]`` for the mask-token-in-encoder ablation)."""
+        or ``[B,M,D]`` for the mask-token-in-encoder ablation); ``blocks``: see :class:`Transformer`."""
         embedded = self.encoder.patch_embed(values)  # [B,k,D]
         if self.encoder_mask_token is None:
-            return self.encoder(embedded, visible)
+            return self.encoder(embedded, visible, blocks=blocks)
         batch, width = values.shape[0], embedded.shape[-1]
         # Under autocast the embedding is bf16/fp16 while the token parameter stays fp32.
         full = self.encoder_mask_token.to(embedded.dtype).expand(batch, self.num_patches, width)
         full = full.scatter(1, visible[..., None].expand(-1, -1, width), embedded)
         all_positions = torch.arange(self.num_patches, device=values.device).expand(batch, -1)
-        return self.encoder(full, all_positions)
+        return self.encoder(full, all_positions, blocks=blocks)
 
     def encode(self, values: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
         """The spec's masked encoder: visible values ``[B,k,q]`` at positions ``[B,k]`` -> ``[B,k,D]``."""
@@ -255,10 +262,12 @@ class MaskedAutoencoder(nn.Module):
         cls, tokens = self._encode(gather_positions(patches, visible), visible)
         return self.decode(tokens, visible, cls)
 
-    def features(self, patches: torch.Tensor, pool: str = "auto") -> torch.Tensor:
-        """All patches visible -> the probe's representation ``[B,F]`` (``pool``: :data:`FEATURE_POOLS`)."""
+    def features(self, patches: torch.Tensor, pool: str = "auto", blocks: int | None = None) -> torch.Tensor:
+        """All patches visible -> the probe's representation ``[B,F]`` (``pool``: :data:`FEATURE_POOLS`);
+        ``blocks=b``: of the tokens after the first b encoder blocks, final norm applied (b = depth
+        is the default, bitwise)."""
         everything = torch.arange(self.num_patches, device=patches.device).expand(patches.shape[0], -1)
-        cls, tokens = self._encode(patches, everything)
+        cls, tokens = self._encode(patches, everything, blocks=blocks)
         return pooled_features(cls, tokens, pool)
 
 
@@ -283,9 +292,9 @@ class BottleneckAutoencoder(nn.Module):
         if self.encoder.cls_token is not None:
             nn.init.normal_(self.encoder.cls_token, std=0.02)
 
-    def _encode(self, patches: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+    def _encode(self, patches: torch.Tensor, blocks: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
         everything = torch.arange(self.num_patches, device=patches.device).expand(patches.shape[0], -1)
-        return self.encoder(self.encoder.patch_embed(patches), everything)
+        return self.encoder(self.encoder.patch_embed(patches), everything, blocks=blocks)
 
     def encode(self, values: torch.Tensor, visible: torch.Tensor | None = None) -> torch.Tensor:
         """All M patch values ``[B,M,q]`` -> tokens ``[B,M,D]`` (the encoder sees every patch)."""
@@ -306,10 +315,11 @@ class BottleneckAutoencoder(nn.Module):
         self._require_all_visible(visible)
         return self.decode(self.latent(patches))
 
-    def features(self, patches: torch.Tensor, pool: str = "auto") -> torch.Tensor:
+    def features(self, patches: torch.Tensor, pool: str = "auto", blocks: int | None = None) -> torch.Tensor:
         """The probe's representation ``[B,F]``: pooled encoder tokens (``pool``: :data:`FEATURE_POOLS`;
-        the latent is a linear map of the mean, so a linear probe on these is at least as strong)."""
-        return pooled_features(*self._encode(patches), pool)
+        the latent is a linear map of the mean, so a linear probe on these is at least as strong);
+        ``blocks``: after the first b encoder blocks, as :meth:`MaskedAutoencoder.features`."""
+        return pooled_features(*self._encode(patches, blocks=blocks), pool)
 
     def _require_all_visible(self, visible: torch.Tensor | None) -> None:
         if visible is not None and visible.shape[1] != self.num_patches:

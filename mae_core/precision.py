@@ -25,12 +25,15 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return precision
 
 
-def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    """The forward pass's context: ``torch.autocast`` in bf16/fp16, nothing for fp32."""
+def autocast(precision: str, device: torch.device, cache_enabled: bool = True) -> contextlib.AbstractContextManager:
+    """The forward pass's context: ``torch.autocast`` in bf16/fp16, nothing for fp32.
+    ``cache_enabled=False`` turns off autocast's cache of cast weights, as torch's CUDA-graph
+    notes require for a captured region under autocast (a cast cached during capture would not
+    be recomputed on replay)."""
     resolved = resolve_precision(precision, device)
     if resolved == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=_DTYPES[resolved])
+    return torch.autocast(device.type, dtype=_DTYPES[resolved], cache_enabled=cache_enabled)
 
 
 def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:

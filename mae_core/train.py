@@ -14,6 +14,11 @@ run with :class:`NonFiniteError` naming the step. The AE and DAE objectives use 
 with the full-image loss (``R_rec``; ``R_den`` with a fresh corruption each step, Vincent et
 al. eq. 5). Checkpoints hold model, optimiser, sampler RNG and step, are written atomically,
 and resuming from one reproduces the uninterrupted run exactly on the CPU.
+
+``capturable`` runs the same updates with nothing read from the host (step size and step count
+on the device, I_t and V_t drawn ahead in the same order), so that on CUDA ``cuda_graph`` can
+capture one whole update and replay it (:class:`CapturableUpdate`); on the CPU it gives the eager
+loop's numbers.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ import functools
 import math
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from warnings import warn
 
 import torch
 from torch import nn
@@ -38,7 +45,7 @@ from .masking import sample_visible
 from .models import build_model
 from .objectives import masked_mse, reconstruction_mse
 from .patches import patchify
-from .precision import autocast, grad_scaler
+from .precision import autocast, grad_scaler, resolve_precision
 from .targets import NormDomainReport, norm_domain_report, raise_outside_norm_domain, target_moments
 
 
@@ -153,9 +160,10 @@ def learning_rate(step: int, *, peak: float, warmup_steps: int, total_steps: int
     return peak * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def build_optimizer(model: nn.Module, config: Config) -> torch.optim.Optimizer:
+def build_optimizer(model: nn.Module, config: Config, capturable: bool = False) -> torch.optim.Optimizer:
     """U_t as a named preset: AdamW as He et al. A.1 (β=0.9/0.95, decay 0.05 except norms,
-    biases, tokens and positions) or plain SGD ``θ - η_t g``."""
+    biases, tokens and positions) or plain SGD ``θ - η_t g``. ``capturable``: AdamW with
+    ``capturable=True`` (SGD has no such switch; see :func:`make_capturable`)."""
     if config.optimizer == "sgd":
         return torch.optim.SGD(model.parameters(), lr=config.actual_lr, momentum=0.0, foreach=True)
     decay, no_decay = [], []
@@ -166,7 +174,33 @@ def build_optimizer(model: nn.Module, config: Config) -> torch.optim.Optimizer:
         (no_decay if skip else decay).append(parameter)
     groups = [{"params": decay, "weight_decay": config.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=config.actual_lr, betas=(0.9, 0.95), fused=True)
+    # torch 2.13's fused AdamW runs on the CPU and accepts capturable=True there (its kernel takes
+    # the step counts and a tensor step size either way; the unfused capturable path refuses CPU
+    # parameters), so one optimizer serves both devices.
+    return torch.optim.AdamW(groups, lr=config.actual_lr, betas=(0.9, 0.95), fused=True, capturable=capturable)
+
+
+def make_capturable(optimizer: torch.optim.Optimizer, lr: torch.Tensor) -> None:
+    """Point every group's step size at the device tensor ``lr``, set AdamW's ``capturable``, and
+    keep each step count a float32 tensor on its parameter's device, as capturable requires.
+    Re-applied after a checkpoint is loaded: ``load_state_dict`` restores the saved groups' values."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+        if "capturable" in group:  # AdamW
+            group["capturable"] = True
+        for parameter in group["params"]:
+            state = optimizer.state.get(parameter, {})
+            if "step" in state:
+                state["step"] = state["step"].to(device=parameter.device, dtype=torch.float32)
+
+
+def optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """``optimizer.state_dict()`` with each step size as a number, as the eager loop saves it."""
+    state = optimizer.state_dict()
+    for group in state["param_groups"]:
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"] = float(group["lr"])
+    return state
 
 
 def resolve_device(choice: str) -> torch.device:
@@ -227,6 +261,7 @@ class TrainResult:
     history: list[tuple[int, float]] = field(default_factory=list)  # (step, mean train_loss)
     resumed_from: int | None = None
     warnings: list[str] = field(default_factory=list)
+    update_mode: str = "eager"  # eager | capturable (uncaptured) | cuda_graph: how the updates ran
 
 
 def is_due(step: int, every: int, total: int) -> bool:
@@ -270,6 +305,258 @@ def restore_loop(checkpoint_path: Path | None, config: Config, model: nn.Module,
                      since_log=int(state.get("since_log", 0)), resumed=True), warnings
 
 
+# ------------------------------------------------------------------------------ one update
+
+
+class CudaGraphWarning(UserWarning):
+    """A requested CUDA graph is not used for this run; the message says why."""
+
+
+@dataclass(frozen=True)
+class UpdatePlan:
+    """How the loop runs each update: ``capturable`` (device step size and step count,
+    capturable AdamW, I_t and V_t drawn ahead into fixed buffers) and ``graph`` (one CUDA graph
+    per update); ``note`` says once why a requested graph is not used."""
+
+    capturable: bool
+    graph: bool
+    note: str | None = None
+
+
+def graph_blocker(config: Config, device: torch.device, images_in_memory: bool = True) -> str | None:
+    """Why one update of this run cannot be captured as a CUDA graph, or None when it can.
+    Each reason names the key (and, where it is one, what in the update needs the host); the
+    variants captured are the ones issue 26 asks for: objective mae | ae, mask_sampling random |
+    grid, precision fp32 | bf16, with AdamW, no augmentation and the images in memory."""
+    if config.objective == "dae":
+        return "objective=dae corrupts each batch on the host"
+    if config.mask_sampling == "block":
+        return "mask_sampling=block is not captured (random and grid are)"
+    if resolve_precision(config.precision, device) == "fp16":
+        return "precision=fp16: the gradient scaler's update is not captured (fp32 and bf16 are)"
+    if config.optimizer != "adamw":
+        return f"optimizer={config.optimizer}: torch's foreach SGD reads a tensor step size on the host"
+    if config.augment != "none":
+        return f"augment={config.augment} builds its crops on the host"
+    if not images_in_memory:
+        return "the training images are read from disk batch by batch"
+    if device.type != "cuda":
+        return f"no CUDA device (device={device.type})"
+    return None
+
+
+def update_plan(config: Config, device: torch.device, images_in_memory: bool = True) -> UpdatePlan:
+    """``cuda_graph`` and ``capturable`` resolved for this run: ``auto`` and ``true`` capture
+    where :func:`graph_blocker` finds nothing (a captured update is always capturable); otherwise
+    the update runs uncaptured, capturable as ``capturable`` says, with a note when a graph was
+    asked for (``true``, or ``auto`` on CUDA)."""
+    blocker = graph_blocker(config, device, images_in_memory) if config.cuda_graph is not False else None
+    graph = config.cuda_graph is not False and blocker is None
+    asked = config.cuda_graph is True or (config.cuda_graph == "auto" and device.type == "cuda")
+    note = None
+    if blocker is not None and asked:
+        how = "capturable, uncaptured" if config.capturable else "eager"
+        note = f"cuda_graph={str(config.cuda_graph).lower()}: {blocker}; the update stays {how}"
+    return UpdatePlan(capturable=config.capturable or graph, graph=graph, note=note)
+
+
+@dataclass
+class UpdateParts:
+    """What an update reads and writes: the model (``forward`` is it or its compiled form), the
+    optimiser and scaler, the device images, the sampler of I_t, V_t and corruptions, the
+    forward pass's autocast, the loss summed since the last record and the divergence watch."""
+
+    config: Config
+    model: nn.Module
+    forward: Callable[..., torch.Tensor]
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    images: DeviceImages
+    patch_size: int
+    sampler: torch.Generator
+    autocast: AbstractContextManager
+    running: torch.Tensor  # float64 0-d, on the device
+    watch: DivergenceWatch
+    lr_at: Callable[[int], float]
+
+    def loss(self, clean: torch.Tensor, visible: torch.Tensor | None, x: torch.Tensor | None = None) -> torch.Tensor:
+        """``L_t``: the mean of ℓ_MAE at ``visible`` (MAE) or of the reconstruction error of the
+        input ``x`` (AE: ``clean``; DAE: its corruption) against ``T(clean)``."""
+        target = batch_target(clean, self.config.target)
+        if visible is not None:
+            with self.autocast:
+                pred = self.forward(clean, visible)
+            return masked_mse(pred.float(), target, visible).mean()
+        with self.autocast:
+            pred = self.forward(clean if x is None else x)
+        return reconstruction_mse(pred.float(), target).mean()
+
+    def step(self, step: int | torch.Tensor, loss: torch.Tensor) -> None:
+        """``g_t = ∇L_t`` and ``U_t``; ``running += L_t``."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)  # the true gradient, for the watch (identity unless fp16)
+        # Under fp16 an overflowing gradient is the scaler's business (it skips that update and
+        # lowers the scale); only a non-finite loss means the run itself diverged.
+        self.watch.observe(step, loss, self.model, check_gradients=not self.scaler.is_enabled())
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.running += loss.detach().double()
+
+
+class EagerUpdate:
+    """Update t as the spec's steps 1-3, drawing I_t and V_t (and the corruption) when it runs."""
+
+    mode = "eager"
+
+    def __init__(self, parts: UpdateParts, value_range: tuple[float, float] | None):
+        self.parts, self.value_range = parts, value_range
+
+    def __call__(self, t: int) -> None:
+        p, config = self.parts, self.parts.config
+        lr = p.lr_at(t)
+        for group in p.optimizer.param_groups:
+            group["lr"] = lr
+        index = torch.randint(len(p.images), (config.batch_size,), generator=p.sampler)  # I_t, drawn on the CPU
+        # the augmentation (none by default: it draws nothing then) draws from the same sampler
+        clean = patchify(augment(p.images(index), config.augment, p.sampler, self.value_range), p.patch_size)  # [B,M,q]
+        visible = x = None
+        if config.objective == "mae":
+            visible = sample_visible(config.batch_size, config.num_patches, config.num_visible, p.sampler,
+                                     config.mask_sampling, config.grid)  # V_t
+            visible = visible.to(clean.device, non_blocking=True)
+        elif config.objective == "dae":  # the corruption draws from the same CPU sampler
+            x = corrupt(clean.cpu(), config.resolved_corruption, config.corruption_level,
+                        p.sampler).to(clean.device, non_blocking=True)
+        p.step(t, p.loss(clean, visible, x))
+
+    def sampler_state(self, done: int) -> torch.Tensor:
+        """The sampler's state after update ``done - 1`` (the last one run)."""
+        return self.parts.sampler.get_state()
+
+
+GRAPH_WARMUP_UPDATES = 3  # uncaptured updates on a side stream before the capture (torch's CUDA-graph notes)
+DRAW_AHEAD = 64  # updates whose I_t and V_t are drawn at a time
+
+
+class CapturableUpdate:
+    """Update t with nothing read from the host, so one CUDA graph can hold it whole.
+
+    The step count t and the step size η_t live on the device (η_t indexed from a table of the
+    schedule), the optimiser is capturable, and I_t, V_t of the next :data:`DRAW_AHEAD` updates are
+    drawn ahead into fixed device buffers: from the same sampler, in the same order as
+    :class:`EagerUpdate` draws them, so every draw and every number is the eager loop's (the
+    sampler's state after each update is kept for the checkpoints). With ``graph`` (CUDA only)
+    the first :data:`GRAPH_WARMUP_UPDATES` updates run uncaptured on a side stream, the next is
+    captured, and every update from then on is one replay; otherwise each update runs uncaptured.
+    """
+
+    def __init__(self, parts: UpdateParts, *, start: int, graph: bool):
+        config, device = parts.config, parts.running.device
+        self.parts, self.device = parts, device
+        # The fused CUDA kernel reads a float32 step size; on the CPU a float64 one gives the eager
+        # loop's updates bitwise (measured on torch 2.13), a float32 one differs in the last bits.
+        dtype = torch.float64 if device.type == "cpu" else torch.float32
+        self.lr_table = torch.tensor([parts.lr_at(t) for t in range(config.steps)], dtype=dtype, device=device)
+        self.lr = torch.zeros((), dtype=dtype, device=device)
+        self.step = torch.tensor(start, dtype=torch.long, device=device)  # t
+        make_capturable(parts.optimizer, self.lr)
+        batch, k = config.batch_size, config.num_visible
+        self.index = torch.zeros(DRAW_AHEAD, batch, dtype=torch.long, device=device)  # I_t of the drawn updates
+        self.visible = (torch.zeros(DRAW_AHEAD, batch, k, dtype=torch.long, device=device)
+                        if config.objective == "mae" else None)  # V_t
+        self.slot = torch.zeros((), dtype=torch.long, device=device)  # t - first drawn update
+        self.host_index: torch.Tensor | None = None  # [updates, B] on the CPU: images read from disk
+        self.first = self.end = start  # the drawn updates are [first, end)
+        self.states: list[torch.Tensor] = []  # the sampler's state before each drawn update, and after the last
+        self.capture, self.warmed_up = graph, 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+    @property
+    def mode(self) -> str:
+        """``cuda_graph`` once an update was captured, ``capturable`` while none is."""
+        return "cuda_graph" if self.graph is not None else "capturable"
+
+    def __call__(self, t: int) -> None:
+        if t >= self.end:
+            self._draw_ahead(t)
+        if not self.capture:
+            self._update(t)
+        elif self.warmed_up < GRAPH_WARMUP_UPDATES:
+            self._warm_up(t)
+        else:
+            if self.graph is None:
+                self._capture(t)
+            if self.graph is not None:
+                self.graph.replay()
+
+    def sampler_state(self, done: int) -> torch.Tensor:
+        """The sampler's state after the draws of updates ``< done``: the eager loop's after update ``done - 1``."""
+        return self.states[done - self.first]
+
+    def _draw_ahead(self, t: int) -> None:
+        config, sampler = self.parts.config, self.parts.sampler
+        count = min(DRAW_AHEAD, config.steps - t)
+        states, index, visible = [], [], []
+        for _ in range(count):
+            states.append(sampler.get_state())
+            index.append(torch.randint(len(self.parts.images), (config.batch_size,), generator=sampler))
+            if self.visible is not None:
+                visible.append(sample_visible(config.batch_size, config.num_patches, config.num_visible, sampler,
+                                              config.mask_sampling, config.grid))
+        states.append(sampler.get_state())
+        self.states, self.first, self.end = states, t, t + count
+        self.host_index = torch.stack(index)
+        # stream-ordered after every update already queued, which may still read the old draws
+        self.index[:count].copy_(self.host_index, non_blocking=True)
+        if self.visible is not None:
+            self.visible[:count].copy_(torch.stack(visible), non_blocking=True)
+        self.slot.zero_()
+
+    def _update(self, t: int | None) -> None:
+        """One update read from the buffers; ``t`` (None under capture) picks the host copy of
+        I_t when the images are read from disk (never captured)."""
+        p = self.parts
+        self.lr.copy_(self.lr_table.index_select(0, self.step.view(1)).view(()))
+        slot = self.slot.view(1)
+        if p.images.values is None:
+            index = self.host_index[t - self.first]
+        else:
+            index = self.index.index_select(0, slot).view(-1)
+        clean = patchify(p.images(index), p.patch_size)  # [B,M,q]
+        visible = None if self.visible is None else self.visible.index_select(0, slot)[0]  # [B,k]
+        p.step(self.step, p.loss(clean, visible))
+        self.step += 1
+        self.slot += 1
+
+    def _warm_up(self, t: int) -> None:
+        side, main = torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            self._update(t)
+        main.wait_stream(side)
+        self.warmed_up += 1
+
+    def _capture(self, t: int) -> None:
+        """Record update t as a graph (capture runs nothing; the caller replays it). Under
+        ``cuda_graph=auto`` a failed capture leaves the run uncaptured, said once."""
+        graph = torch.cuda.CUDAGraph()
+        self.parts.optimizer.zero_grad(set_to_none=True)
+        try:
+            with torch.cuda.graph(graph):
+                self._update(None)
+        except Exception as error:
+            if self.parts.config.cuda_graph is True:
+                raise
+            warn(f"cuda_graph=auto: capturing the update failed ({type(error).__name__}: {error}); "
+                 "the update stays capturable, uncaptured", CudaGraphWarning, stacklevel=3)
+            self.parts.optimizer.zero_grad(set_to_none=True)
+            self.capture = False
+            self._update(t)
+            return
+        self.graph = graph
+
+
 def train(
     config: Config,
     data: PatchData,
@@ -286,9 +573,12 @@ def train(
     step (so nothing is lost) and raises :class:`TrainingInterrupted`.
     """
     device = resolve_device(config.device)
+    plan = update_plan(config, device, images_in_memory=data.pretraining.in_memory)
+    if plan.note is not None:
+        warn(plan.note, CudaGraphWarning, stacklevel=2)
     torch.manual_seed(config.seed)
     model = build_model(config).to(device)
-    optimizer = build_optimizer(model, config)
+    optimizer = build_optimizer(model, config, capturable=plan.capturable)
     scaler = grad_scaler(config.precision, device)  # a no-op unless precision=fp16
     sampler = torch.Generator().manual_seed(config.seed + 1)  # draws I_t, V_t and corruptions
     loop, warnings = restore_loop(checkpoint_path, config, model, optimizer, sampler, scaler)
@@ -299,53 +589,27 @@ def train(
     # visible sets cross each step. Images on disk are read batch by batch instead.
     if config.target == "norm":  # every image once, as apply_target on the whole set did
         require_norm_domain_chunks(data.pretraining, data.patch_size, what="the training set")
-    images = DeviceImages(data.pretraining, device)
-    value_range = (0.0, 1.0) if data.pretraining.table is not None else None  # bytes: pixels in [0, 1]
-    n, num_patches, k = len(images), config.num_patches, config.num_visible
-    step_fn = torch.compile(model) if config.compile_enabled else model
-    forward_precision = autocast(config.precision, device)  # the loss below is always fp32
     peak = config.actual_lr
-    running = torch.tensor(loop.running_sum, dtype=torch.float64, device=device)
-    watch = DivergenceWatch(device)
 
     def lr_at(t: int) -> float:
         return learning_rate(t, peak=peak, warmup_steps=config.warmup_steps,
                              total_steps=config.steps, schedule=config.schedule)
 
+    parts = UpdateParts(
+        config=config, model=model, forward=torch.compile(model) if config.compile_enabled_on(device.type) else model,
+        optimizer=optimizer, scaler=scaler, images=DeviceImages(data.pretraining, device),
+        patch_size=data.patch_size, sampler=sampler,
+        # the loss is always fp32; a captured forward pass needs autocast without its weight cache
+        autocast=autocast(config.precision, device, cache_enabled=not plan.capturable),
+        running=torch.tensor(loop.running_sum, dtype=torch.float64, device=device),
+        watch=DivergenceWatch(device), lr_at=lr_at)
+    update = (CapturableUpdate(parts, start=loop.step, graph=plan.graph) if plan.capturable
+              else EagerUpdate(parts, value_range=(0.0, 1.0) if data.pretraining.table is not None else None))
+    running, watch = parts.running, parts.watch
+
     model.train()
     for t in range(loop.step, config.steps):
-        lr = lr_at(t)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        index = torch.randint(n, (config.batch_size,), generator=sampler)  # I_t, drawn on the CPU
-        # the augmentation (none by default: it draws nothing then) draws from the same sampler
-        clean = patchify(augment(images(index), config.augment, sampler, value_range), data.patch_size)  # [B,M,q]
-        target = batch_target(clean, config.target)
-        if config.objective == "mae":
-            visible = sample_visible(config.batch_size, num_patches, k, sampler,
-                                     config.mask_sampling, config.grid)  # V_t
-            visible = visible.to(device, non_blocking=True)
-            with forward_precision:
-                pred = step_fn(clean, visible)
-            loss = masked_mse(pred.float(), target, visible).mean()
-        else:
-            x = clean
-            if config.objective == "dae":  # the corruption draws from the same CPU sampler
-                x = corrupt(clean.cpu(), config.resolved_corruption, config.corruption_level,
-                            sampler).to(device, non_blocking=True)
-            with forward_precision:
-                pred = step_fn(x)
-            loss = reconstruction_mse(pred.float(), target).mean()
-        optimizer.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.unscale_(optimizer)  # the true gradient, for the watch (identity unless fp16)
-        # Under fp16 an overflowing gradient is the scaler's business (it skips that update and
-        # lowers the scale); only a non-finite loss means the run itself diverged.
-        watch.observe(t, loss, model, check_gradients=not scaler.is_enabled())
-        scaler.step(optimizer)
-        scaler.update()
-
-        running += loss.detach().double()
+        update(t)
         since_log += 1
         done = t + 1
         log_due = is_due(done, config.log_every, config.steps)
@@ -364,8 +628,8 @@ def train(
             checkpoint_due = True
         if checkpoint_due:
             save_checkpoint(checkpoint_path, {
-                "step": done, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "sampler": sampler.get_state(), "history": history,
+                "step": done, "model": model.state_dict(), "optimizer": optimizer_state(optimizer),
+                "sampler": update.sampler_state(done), "history": history,
                 "running_sum": float(running), "since_log": since_log,
                 "config": config.resolved(), "extra": checkpoint_extra or {},
                 "scaler": scaler.state_dict(),
@@ -376,7 +640,8 @@ def train(
             raise TrainingInterrupted(done, checkpoint_path)
     model.eval()
     return TrainResult(model=model, steps=config.steps, history=history,
-                       resumed_from=loop.step if loop.resumed else None, warnings=warnings)
+                       resumed_from=loop.step if loop.resumed else None, warnings=warnings,
+                       update_mode=update.mode)
 
 
 def batch_target(patches: torch.Tensor, kind: str) -> torch.Tensor:
@@ -391,10 +656,13 @@ def batch_target(patches: torch.Tensor, kind: str) -> torch.Tensor:
 
 def changed_keys(config: Config, saved: dict[str, Any]) -> list[str]:
     """Keys whose value differs from a checkpoint's config. A key the checkpoint predates
-    (added to Config later) counts as unchanged while it keeps its default."""
+    (added to Config later) counts as unchanged while it keeps its default. ``compile_enabled``
+    is not compared: it follows from ``compile`` and ``steps`` (compared) and the machine's
+    device class, and a run may resume on another machine."""
     defaults = {name: field.default for name, field in Config.model_fields.items()}
     return sorted(k for k, v in config.resolved().items()
-                  if saved.get(k, defaults.get(k, v)) != v)
+                  if k != "compile_enabled"
+                  and saved.get(k, defaults.get(k, v)) != v)
 
 
 class DivergenceWatch:
@@ -409,14 +677,17 @@ class DivergenceWatch:
         self.first_bad = torch.full((), -1, dtype=torch.long, device=device)
         self.loss_was_bad = torch.zeros((), dtype=torch.bool, device=device)
 
-    def observe(self, step: int, loss: torch.Tensor, model: nn.Module, check_gradients: bool = True) -> None:
+    def observe(self, step: int | torch.Tensor, loss: torch.Tensor, model: nn.Module,
+                check_gradients: bool = True) -> None:
+        """``step``: t, or a 0-d device tensor holding it (a captured update). The record is
+        updated in place, so a CUDA graph replaying this call keeps updating the same tensors."""
         grads = [p.grad for p in model.parameters() if p.grad is not None] if check_gradients else []
         loss_ok = torch.isfinite(loss.detach())
         grads_ok = (torch.isfinite(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))))
                     if grads else torch.ones_like(loss_ok))
         first = (self.first_bad < 0) & ~(loss_ok & grads_ok)
-        self.first_bad = torch.where(first, step, self.first_bad)
-        self.loss_was_bad = torch.where(first, ~loss_ok, self.loss_was_bad)
+        self.first_bad.copy_(torch.where(first, step, self.first_bad))
+        self.loss_was_bad.copy_(torch.where(first, ~loss_ok, self.loss_was_bad))
 
     def check(self, lr_at: Callable[[int], float]) -> None:
         step = int(self.first_bad)

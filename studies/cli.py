@@ -213,6 +213,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .search import split_ranges
 
     study = get_study(args.study)
+    _check_seed_flags(args)
     search = _search_of(args, study)
     _, fixed = split_ranges(parse_overrides(args.overrides))  # key=value and key=v1,v2; ranges are search's
     plan = plan_study(study, smoke=args.smoke, overrides=fixed, search=search)
@@ -238,7 +239,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         metric, mode = ((search.metric, search.mode) if search is not None else (progress_metric(plan.varied), "min"))
         progress = StudyProgress(total=plan.num_trials, header=_run_header(study, plan), metric=metric, mode=mode)
         with sigterm_as_sigint(interruption):
-            state = run_study(plan, options, progress=progress, interruption=interruption)
+            state = _run(args, plan, options, progress, interruption, metric, mode, study)
     except StudyInterrupted as stop:
         if stop.state is None:
             print(f"mae-study: interrupted by {stop.reason} before the study was recorded; start it with:"
@@ -251,8 +252,48 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"study {study.name}: {state['trials']} trials, {state['errored']} errored, "
           f"{state['diverged']} diverged; MLflow parent run {state['parent_run_id']} in "
           f"{options.tracking_uri}", file=sys.stderr)
+    if state.get("looks"):
+        verdicts = list((state.get("verdicts") or {}).values())
+        counts = ", ".join(f"{verdicts.count(v)} {v}" for v in ("better", "worse", "equivalent", "inconclusive")
+                           if v in verdicts)
+        print(f"looks: {len(state['looks'])} (seeds per cell at the last: up to "
+              f"{max(state['looks'][-1].values(), default=0)}); claims: {counts or 'none decided'}", file=sys.stderr)
     print(f"next: {report_command(args, study.name, state['parent_run_id'])}", file=sys.stderr)
     return 1 if state["errored"] else 0
+
+
+def _check_seed_flags(args: argparse.Namespace) -> None:
+    """--until-decided / --add-seeds: one line for a combination that cannot run."""
+    if args.until_decided and args.add_seeds:
+        raise UsageError("--until-decided and --add-seeds: choose one (--until-decided adds seeds itself)")
+    if (args.until_decided or args.add_seeds) and (args.search or args.samples):
+        raise UsageError("--until-decided/--add-seeds work on a grid, not with --search")
+    if args.until_decided and args.max_seeds < 2:
+        raise UsageError(f"--max-seeds {args.max_seeds}: at least 2 seeds per cell")
+    if args.seed_batch is not None and args.seed_batch < 1:
+        raise UsageError(f"--seed-batch {args.seed_batch}: at least 1")
+
+
+def _run(args: argparse.Namespace, plan, options, progress, interruption, metric: str, mode: str, study) -> dict:
+    """The study's grid, or its seeds by need (studies.seeds)."""
+    from .progress import StudyProgress
+    from .runner import run_study
+
+    def progress_for(batch_plan):
+        return StudyProgress(total=batch_plan.num_trials, header=_run_header(study, batch_plan), metric=metric,
+                             mode=mode)
+
+    if args.until_decided:
+        from .seeds import run_until_decided
+
+        return run_until_decided(plan, options, max_seeds=args.max_seeds, batch=args.seed_batch,
+                                 progress_factory=progress_for, interruption=interruption)
+    if args.add_seeds:
+        from .seeds import add_seeds, parse_seeds
+
+        return add_seeds(plan, options, parse_seeds(args.add_seeds), progress_factory=progress_for,
+                         interruption=interruption)
+    return run_study(plan, options, progress=progress, interruption=interruption)
 
 
 def _search_of(args: argparse.Namespace, study):
@@ -351,6 +392,63 @@ def cmd_report(args: argparse.Namespace) -> int:
     if old_claims is not None:
         _print_claim_changes(index.parent, old_claims, args.compare)
     print(f"next: {ui_command(tracking_uri)}", file=sys.stderr)
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Stored encoders evaluated again with other ``eval.*`` keys (:mod:`studies.reevaluate`):
+    every check before a run is created; new runs under a new parent run."""
+    if args.study is not None and "=" in args.study:  # ``evaluate --run ID eval.k=v``: a key, not a study
+        args.overrides, args.study = [args.study, *args.overrides], None
+    if (args.study is None) == (args.run is None):
+        raise UsageError("evaluate needs a STUDY or --run RUN_ID (one of them)")
+    if args.study is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", args.study):
+        raise UsageError(f"study name {args.study!r}: use letters, digits, '_', '-' and '.' only")
+    from .reevaluate import eval_overrides
+
+    overrides = eval_overrides(args.overrides)
+    root = Path(args.out)
+    tracking_uri = args.tracking_uri or _default_uri(root)
+    from . import tracking
+
+    store = tracking.missing_sqlite_store(tracking_uri)
+    if store is not None:
+        raise UsageError(f"nothing to evaluate: no MLflow store at {store} (--out is the folder `mae-study run --out` wrote)")
+    import tempfile
+
+    from mlflow.tracking import MlflowClient
+
+    from .interrupts import EXIT_INTERRUPTED, Interruption, sigterm_as_sigint
+    from .reevaluate import plan_evaluation, run_evaluation
+
+    client = MlflowClient(tracking_uri)
+    interruption = Interruption()
+    with tempfile.TemporaryDirectory(prefix="mae-evaluate-") as folder:
+        plan = plan_evaluation(client, args.experiment, tracking_uri, Path(folder), study=args.study,
+                               run_id=args.run, smoke=args.smoke, overrides=overrides)
+        print(f"evaluate: {len(plan.trials)} trial(s) with "
+              f"{' '.join(f'{k}={v}' for k, v in overrides.items()) or 'their own eval.* keys'}", file=sys.stderr)
+
+        def done(trial, run_id: str, metrics: dict[str, float]) -> None:
+            shown = ", ".join(f"{k} {metrics[k]:.4g}" for k in ("probe_linear_acc", "probe_knn_acc") if k in metrics)
+            print(f"  {trial.info.run_name} -> run {run_id}  {shown}", file=sys.stderr)
+
+        baseline_dir = study_folder(root, plan.study, plan.smoke) / "baselines" if plan.study else None
+        try:
+            with sigterm_as_sigint(interruption):
+                parent = run_evaluation(plan, client, tracking_uri=tracking_uri, experiment=args.experiment,
+                                        baseline_dir=baseline_dir, command=shlex.join(["mae-study", *args.argv]),
+                                        on_trial=done, interrupted_by=lambda: interruption.reason)
+        except KeyboardInterrupt:
+            print(f"mae-study: evaluate interrupted by {interruption.reason}; its runs are KILLED. Start it "
+                  f"again with:\n  {_same_command(args, resume=False)}", file=sys.stderr)
+            return EXIT_INTERRUPTED
+    print(f"evaluation run {parent} in {tracking_uri} (experiment {args.experiment})", file=sys.stderr)
+    if plan.study:
+        nxt = report_command(argparse.Namespace(**{**vars(args), "smoke": plan.smoke}), plan.study, parent)
+    else:
+        nxt = ui_command(tracking_uri)
+    print(f"next: {nxt}", file=sys.stderr)
     return 0
 
 
@@ -579,6 +677,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--samples", type=int, help=f"sampled configs per arm of the grid (default {DEFAULT_SAMPLES})")
     run.add_argument("--metric", help=f"what --search optimises and ranks by (default {DEFAULT_METRIC}; "
                                       "its direction comes from the metric table)")
+    run.add_argument("--until-decided", action="store_true",
+                     help="after the study's seeds, add seeds only where a declared claim is undecided, by a "
+                          "sequential plan fixed before the first look, until every claim is decided or --max-seeds")
+    run.add_argument("--max-seeds", type=int, default=20, help="--until-decided: at most this many seeds per cell "
+                                                               "(default 20)")
+    run.add_argument("--seed-batch", type=int, help="--until-decided: seeds added per look (default: the study's count)")
+    run.add_argument("--add-seeds", metavar="SEEDS",
+                     help="add seeds (5-9 or 5,6,7) to every cell of the finished study in --out; the report pools them")
     run.add_argument("overrides", nargs="*", metavar="key=value",
                      help="config keys; key=v1,v2 makes an axis; key=KIND:ARGS a range for --search; seeds=0,1,2")
     run.set_defaults(handler=cmd_run)
@@ -625,6 +731,18 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--run", metavar="PARENT_RUN_ID",
                         help="report this run of the study (default: its newest full run, or smoke run with --smoke)")
     report.set_defaults(handler=cmd_report)
+
+    evaluate = commands.add_parser("evaluate", help="stored encoders evaluated again with other eval.* keys, no training")
+    evaluate.add_argument("study", nargs="?", help="every finished trial of the study's newest run (or --run ID)")
+    evaluate.add_argument("--run", metavar="RUN_ID", help="one run (a trial, or a train run) instead of a study")
+    evaluate.add_argument("--out", default=DEFAULT_OUT,
+                          help="the folder run wrote: its mlflow.db is read and written (default: mae_runs)")
+    evaluate.add_argument("--smoke", action="store_true", help="the study's newest smoke run (without it: full runs)")
+    evaluate.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///<abs --out>/mlflow.db)")
+    evaluate.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
+    evaluate.add_argument("overrides", nargs="*", metavar="eval.key=value",
+                          help="evaluation keys only (eval.knn_ks=5,20: a comma is part of the value)")
+    evaluate.set_defaults(handler=cmd_evaluate)
     return parser
 
 

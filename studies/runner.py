@@ -82,6 +82,10 @@ class StudyPlan:
     reference: dict[str, Any]  # the reference cell of this grid (Study.reference_cell)
     zipped: tuple[dict[str, list[Any]], ...] = ()  # groups of keys that vary together (Study.grid_zipped)
     search: SearchSpec | None = None  # keys sampled for every arm of the grid (studies.search)
+    # --until-decided: the sequential plan (analysis.sequential.Plan.as_dict), named on the
+    # parent run before the first look
+    sequential: dict[str, Any] | None = None
+    batch: bool = False  # a batch of seeds added to a study that ran (studies.seeds): no summary yet
 
     @property
     def num_trials(self) -> int:
@@ -158,6 +162,8 @@ def plan_tags(plan: StudyPlan) -> dict[str, str]:
         tags["search"] = plan.search.tag()
     if plan.study.claims:  # compact: the report completes them against the grid that ran
         tags["claims"] = json.dumps(plan.study.claims, default=str, separators=(",", ":"))
+    if plan.sequential is not None:
+        tags["sequential_plan"] = json.dumps(plan.sequential, separators=(",", ":"))
     return tags
 
 
@@ -265,7 +271,8 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
     """One Ray Tune trial: a grid cell trained, evaluated and logged to its own MLflow run.
     In a search, a trial's run is found by its Ray trial id as well (two samples may draw the
     same values, and each is its own trial). Baselines are shared through ``baseline_dir``
-    (:mod:`evaluation.baselines`)."""
+    (:mod:`evaluation.baselines`); where a trial's varied keys include an ``eval.*`` key, so do
+    trained encoders, in the ``pretrained/`` folder beside it (:mod:`studies.pretrained`)."""
     import ray
     import torch
     from mlflow.tracking import MlflowClient
@@ -273,6 +280,7 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
 
     from mae_core.train import NonFiniteError
 
+    from .pretrained import PRETRAINED_DIR, PretrainedCache
     from .trial import run_trial, trial_run_name
 
     # Ray sets OMP_NUM_THREADS to the trial's CPU share; torch must use the same number.
@@ -305,7 +313,11 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
                             run_id=run_id, run_name=trial_run_name(config), parent_run_id=parent_run_id,
                             tags=tags, checkpoint_path=checkpoints.path,
                             on_progress=lambda step, metrics: last.update(metrics), on_checkpoint=on_checkpoint,
-                            baselines=BaselineCache(Path(baseline_dir)) if baseline_dir else None)
+                            baselines=BaselineCache(Path(baseline_dir)) if baseline_dir else None,
+                            # cells that differ only in eval.* keys train one encoder per seed
+                            pretrained=(PretrainedCache(Path(baseline_dir).parent / PRETRAINED_DIR)
+                                        if baseline_dir and any(k.startswith("eval.") for k in trial_keys(trial_config))
+                                        else None))
     except NonFiniteError as error:
         # Fails alone, with its reason in MLflow (run_trial marked it); Ray must not retry it.
         tune.report({"step": error.step, "diverged": 1.0, "failure_reason": str(error),
@@ -355,8 +367,12 @@ def build_scheduler(name: str, plan: StudyPlan):
                          grace_period=max(1, max_steps // 4), reduction_factor=2)
 
 
-def run_study(plan: StudyPlan, options: RunOptions, progress=None, interruption=None) -> dict[str, Any]:
+def run_study(plan: StudyPlan, options: RunOptions, progress=None, interruption=None,
+              extend: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run (or resume) the study; returns its state (parent run id, Ray folder, counts).
+
+    ``extend``: the saved state of a study that ran, to which ``plan`` (a batch of new seeds,
+    :mod:`studies.seeds`) adds trials under the same parent run, in a Ray experiment of its own.
 
     Raises :class:`StudyInterrupted` after SIGINT/SIGTERM (``interruption`` names the signal),
     with the parent run and every unfinished child run KILLED and the state left incomplete.
@@ -370,13 +386,15 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None, interruption=
         if available is not None:
             check_resources(options, available, "this machine" if options.address in (None, "local")
                             else f"the cluster at {options.address}")
-        state = check_resume(plan, options)
+        state = extend if extend is not None else check_resume(plan, options)
         client = MlflowClient(options.tracking_uri)  # creates the store: only after the checks
         experiment_id = tracking.ensure_experiment(client, options.experiment, options.tracking_uri)
         if state is None:
             state = _create_parent(client, experiment_id, plan, options)
         else:
             tracking.reopen(client, state["parent_run_id"])
+        if extend is not None:
+            save_state(options.out_dir, state)  # the batch is recorded before Ray starts: --resume finds it
         STOP_REQUESTED.clear()
         results = _fit(plan, options, state, progress, interruption)
         interrupted = STOP_REQUESTED.is_set()
@@ -391,8 +409,9 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None, interruption=
         raise StudyInterrupted(state, reason)
     errored = sum(1 for r in results if r.error is not None)
     diverged = sum(1 for r in results if (r.metrics or {}).get("diverged") == 1.0)
-    log_study_summary(client, state["parent_run_id"], experiment_id, plan.cells,
-                      [axis for axis in plan.axes if axis != "seed"], plan.reference)
+    if not plan.batch:  # a batch's driver summarises the whole study once it has run
+        log_study_summary(client, state["parent_run_id"], experiment_id, plan.cells,
+                          [axis for axis in plan.axes if axis != "seed"], plan.reference)
     client.set_terminated(state["parent_run_id"], "FAILED" if errored else "FINISHED")
     state.pop("interrupted", None)
     state.update(trials=len(results), errored=errored, diverged=diverged, complete=errored == 0)

@@ -21,10 +21,11 @@ from evaluation.reconstructions import reconstruction_grid
 from mae_core.config import Config
 from evaluation import evaluate_trial
 from evaluation.baselines import BaselineCache
-from mae_core.models import config_variant_name
-from mae_core.train import NonFiniteError, PatchData, train
+from mae_core.compute import compute_metrics
+from mae_core.models import build_model, config_variant_name
+from mae_core.train import NonFiniteError, PatchData, TrainResult, resolve_device, train
 
-from . import lifecycle, logged, tracking
+from . import lifecycle, logged, pretrained as shared, tracking
 from .interrupts import Interruption
 
 
@@ -71,6 +72,7 @@ def run_trial(
     probes: bool = True,
     interruption: Interruption | None = None,
     baselines: BaselineCache | None = None,
+    pretrained: shared.PretrainedCache | None = None,
 ) -> TrialOutcome:
     """Train and evaluate ``config`` on ``data``; one MLflow run holds all of it.
 
@@ -83,7 +85,9 @@ def run_trial(
     SIGINT/SIGTERM during training stops after the current update with a checkpoint; an
     interrupted trial ends KILLED with the signal as its ``interrupted`` tag. ``baselines``: the
     study's shared baselines (:mod:`evaluation.baselines`); the ``baselines`` tag then says
-    whether this trial computed its set or read it (and its key).
+    whether this trial computed its set or read it (and its key). ``pretrained``: the study's
+    shared encoders (:mod:`studies.pretrained`); a trial whose pretraining key another trial
+    trained evaluates that encoder instead of training, and the ``pretraining`` tag says which.
     """
     client = MlflowClient(tracking_uri)
     with lifecycle.opened(client, run_id or lifecycle.run_in_checkpoint(checkpoint_path),
@@ -92,7 +96,8 @@ def run_trial(
                           tags=tags) as run_id:
         metrics, train_seconds = _train_and_evaluate(
             client, run_id, config, data, checkpoint_path=checkpoint_path, on_progress=on_progress,
-            on_checkpoint=on_checkpoint, probes=probes, interruption=interruption, baselines=baselines)
+            on_checkpoint=on_checkpoint, probes=probes, interruption=interruption, baselines=baselines,
+            pretrained=pretrained)
         lifecycle.finished(client, run_id)
     return TrialOutcome(run_id=run_id, metrics=metrics, train_seconds=train_seconds)
 
@@ -100,7 +105,8 @@ def run_trial(
 def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data: PatchData, *,
                         checkpoint_path: Path | None, on_progress, on_checkpoint, probes: bool,
                         interruption: Interruption | None,
-                        baselines: BaselineCache | None) -> tuple[dict[str, float], float]:
+                        baselines: BaselineCache | None,
+                        pretrained: shared.PretrainedCache | None = None) -> tuple[dict[str, float], float]:
     """The trial's work inside its active run: (final metrics, training seconds)."""
     tracking.log_params(client, run_id, config.resolved())
     logged.log_dataset_inputs(client, run_id, config, data)
@@ -112,19 +118,26 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
         if on_progress is not None:
             on_progress(step, metrics)
 
-    started = time.perf_counter()
-    try:
+    def train_own() -> tuple[TrainResult, float]:
+        started = time.perf_counter()
         with interruption.deferred() if interruption is not None else nullcontext():
             result = train(config, data, checkpoint_path=checkpoint_path, on_log=on_log,
                            on_checkpoint=on_checkpoint, checkpoint_extra={"mlflow_run_id": run_id},
                            should_stop=interruption.requested if interruption is not None else None)
+        return result, time.perf_counter() - started
+
+    try:
+        if pretrained is None:
+            result, train_seconds = train_own()
+        else:
+            result, train_seconds = _shared_pretraining(client, run_id, config, data, pretrained, train_own,
+                                                        on_log, checkpoint_path)
     except NonFiniteError as error:
         lifecycle.diverged(client, run_id, error.step, str(error))
         raise
     except BaseException as error:  # interrupted: leave the run resumable, say why
         lifecycle.interrupted(client, run_id, error, interruption and interruption.reason)
         raise
-    train_seconds = time.perf_counter() - started
     if result.resumed_from is not None:
         tracking.set_tags(client, run_id, {"resumed_from_step": result.resumed_from})
     if result.warnings:
@@ -132,7 +145,9 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
 
     try:
         served = len(baselines.outcomes) if baselines is not None else 0
+        eval_started = time.perf_counter()
         metrics = evaluate_trial(result.model, config, data, probes=probes, baselines=baselines)
+        eval_seconds = time.perf_counter() - eval_started
     except BaseException as error:  # e.g. Ctrl-C during the probes: the checkpoint is final
         lifecycle.interrupted(client, run_id, error, interruption and interruption.reason)
         raise
@@ -140,6 +155,9 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
         key, how = baselines.outcomes[-1]
         tracking.set_tags(client, run_id, {BASELINES_TAG: f"{how} {key}"})
     metrics["train_seconds"] = train_seconds  # (effective_mask_ratio is a param: each value is logged once)
+    # parameters, FLOPs per update (counted here, outside the loop), updates/s, pretrain/eval seconds
+    metrics.update(compute_metrics(result.model, config, data, pretrain_seconds=train_seconds,
+                                   updates=config.steps - (result.resumed_from or 0), eval_seconds=eval_seconds))
     # A trial retried after this point must not log its final metrics a second time.
     already_logged = client.get_run(run_id).data.metrics
     fresh = {k: v for k, v in metrics.items() if k not in already_logged}
@@ -150,3 +168,28 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
         client.log_artifact(run_id, str(checkpoint_path), artifact_path="checkpoint")
     logged.log_encoder(client, run_id, result.model, config, data.test_patches[:2])
     return metrics, train_seconds
+
+
+def _shared_pretraining(client: MlflowClient, run_id: str, config: Config, data: PatchData,
+                        pretrained: shared.PretrainedCache, train_own, on_log,
+                        checkpoint_path: Path | None) -> tuple[TrainResult, float]:
+    """Train the encoder of this trial's pretraining key and keep it for the study's other
+    trials, or evaluate the one a trial kept (its ``train_loss`` history logged through
+    ``on_log``, its training seconds returned). Tags the run ``pretraining: computed|reused KEY``,
+    and a reusing run ``pretraining_run: <the computing run>``."""
+    key = shared.pretraining_key(config, data)
+    own_work = checkpoint_path is not None and any(  # this trial was training this key: it finishes
+        path.exists() for path in (Path(checkpoint_path), Path(f"{checkpoint_path}.prev")))
+    with pretrained.claim(key, own_work=own_work) as claim:
+        if claim.found is None:
+            tracking.set_tags(client, run_id, {shared.TAG: f"computed {key}"})
+            result, train_seconds = train_own()
+            claim.keep(result.model, result.history, run_id, train_seconds)
+    if claim.found is None:
+        return result, train_seconds
+    found = claim.found
+    tracking.set_tags(client, run_id, {shared.TAG: f"reused {key}", shared.SOURCE_TAG: found.run_id})
+    for step, loss in found.history:
+        on_log(step, {"train_loss": loss})
+    model = found.load_into(build_model(config)).to(resolve_device(config.device)).eval()
+    return TrainResult(model=model, steps=config.steps, history=list(found.history)), found.train_seconds

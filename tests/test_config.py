@@ -101,11 +101,27 @@ def test_with_updates_revalidates():
 def test_compile_auto_turns_on_only_for_long_runs():
     from mae_core.config import COMPILE_AUTO_MIN_STEPS
 
-    assert Config().compile == "auto" and not Config().compile_enabled  # never in short runs or tests
+    assert Config().compile == "auto" and not Config(device="cpu").compile_enabled  # never in short runs or tests
     assert Config(steps=COMPILE_AUTO_MIN_STEPS).compile_enabled
     assert not Config(steps=COMPILE_AUTO_MIN_STEPS, compile="false").compile_enabled
     assert Config(steps=10, compile="true").compile_enabled
     assert Config(steps=10).resolved()["compile_enabled"] is False
+
+
+def test_compile_auto_break_even_depends_on_the_device_class():
+    """A pure rule of device type and run length: the CPU's 20,000 updates, CUDA's 1,750 (issue 26's
+    ViT-B/16 figure); no GPU is needed to check either."""
+    from mae_core.config import COMPILE_AUTO_MIN_STEPS, COMPILE_AUTO_MIN_STEPS_CUDA, compile_pays_off
+
+    assert (COMPILE_AUTO_MIN_STEPS, COMPILE_AUTO_MIN_STEPS_CUDA) == (20_000, 1_750)
+    for device, break_even in (("cpu", 20_000), ("cuda", 1_750)):
+        assert not compile_pays_off(device, break_even - 1) and compile_pays_off(device, break_even)
+    assert not compile_pays_off("cpu", 2_000) and compile_pays_off("cuda", 2_000)  # the default J
+    assert Config(steps=2_000, device="cuda").compile_enabled and not Config(steps=2_000, device="cpu").compile_enabled
+    assert Config(steps=2_000).compile_enabled_on("cuda") and not Config(steps=2_000).compile_enabled_on("cpu")
+    assert not Config(steps=50_000, compile="false").compile_enabled_on("cuda")
+    assert Config(steps=10, compile="true").compile_enabled_on("cpu")
+    assert Config(steps=2_000, device="cuda").resolved()["compile_enabled"] is True
 
 
 def test_every_key_has_a_description_and_the_catalogue_lists_them_all():

@@ -37,7 +37,9 @@ def _metrics(ratio: float, seed: int) -> dict[str, float]:
         "probe_knn_acc": 0.7 - ratio / 10, "random_probe_linear_acc": 0.88,
         "random_probe_fewshot_acc": 0.55, "random_probe_knn_acc": 0.6, "pixel_probe_linear_acc": 0.96,
         "pixel_probe_fewshot_acc": 0.85, "pixel_probe_knn_acc": 0.98, "data_train_test_duplicates": 0.0,
-        "train_seconds": 3.0 + seed,
+        "train_seconds": 3.0 + seed, "pretrain_seconds": 3.0 + seed, "eval_seconds": 2.0,
+        "flops_per_update": 1e6, "model_parameters": 5e4, "updates_per_second": 100.0,
+        "probe_linear_acc_block1": 0.9 - 2 * risk,  # eval.probe_blocks=[1]
     }  # effective_mask_ratio is a param (Config.resolved()), as a trial logs it
 
 
@@ -212,6 +214,16 @@ def test_the_all_visible_error_is_a_column_but_never_a_risk(report, frame):
         assert "outside V_k" in fig.axes[0].get_ylabel()
     finally:
         figures.close(fig)
+
+
+def test_compute_and_layer_probes_reach_the_summary_and_what_was_run(report):
+    summary = pd.read_csv(report.parent / "summary.csv")
+    for column in ("model_parameters", "flops_per_update", "updates_per_second", "pretrain_seconds",
+                   "eval_seconds", "probe_linear_acc_block1"):
+        assert f"{column}_mean" in summary, column
+    # five finished trials: pretraining 3+4+3+4+3 s, evaluation 5 x 2 s, 5 x 1e6 FLOPs x 2000 updates
+    assert "pretraining 17 s, evaluation 10 s (wall time summed over 5 trials); 1e+10 pretraining FLOPs" in \
+        report.read_text(encoding="utf-8")
 
 
 def test_index_is_self_contained(report):

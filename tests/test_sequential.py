@@ -1,0 +1,93 @@
+"""The group-sequential plan (analysis.sequential): seeds go where a claim is undecided, and
+repeated looks keep the family's error rate at α (simulated, pure statistics)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.claims import check_claims
+from analysis.sequential import ALPHA, Plan, decide_sequential, next_seeds, seeds_per_cell, spent
+
+AXES = {"mask_ratio": [0.5, 0.75]}
+CELL, REFERENCE = "mask_ratio=0.5", "mask_ratio=0.75"
+
+
+def claims(delta: float = 0.01) -> list[dict]:
+    return list(check_claims([{"name": "c", "metric": "probe_linear_acc", "kind": "vs_reference", "delta": delta}],
+                             AXES, (), {"mask_ratio": 0.75}))
+
+
+def trials(effect: float, sd: float, seeds: dict[str, list[int]], rng_seed: int) -> pd.DataFrame:
+    """Planted paired data: each (cell, seed) drawn once from its own generator, so a seed's value
+    does not depend on which look asked for it."""
+    rows = []
+    for cell, cell_seeds in seeds.items():
+        ratio = float(cell.split("=")[1])
+        for seed in cell_seeds:
+            rng = np.random.default_rng([rng_seed, seed])
+            shared = rng.normal(0, 0.02)  # the seed's effect, common to both cells
+            noise = rng.normal(0, sd, 2)[0 if ratio == 0.5 else 1]
+            rows.append({"status": "FINISHED", "seed": seed, "mask_ratio": ratio,
+                         "probe_linear_acc": 0.9 + shared + noise + (effect if ratio == 0.5 else 0.0)})
+    return pd.DataFrame(rows)
+
+
+def run_until_decided(effect: float, sd: float, plan: Plan, start: int = 5, batch: int = 5, rng_seed: int = 0,
+                      delta: float = 0.01, robustness: bool = False):
+    declared = claims(delta)
+    seeds = {CELL: list(range(start)), REFERENCE: list(range(start))}
+    looks = [dict(seeds)]
+    while True:
+        frame = trials(effect, sd, seeds, rng_seed)
+        table = decide_sequential(frame, declared, ["mask_ratio"], plan, looks, robustness=robustness)
+        added = next_seeds(table, declared, seeds_per_cell(frame, ["mask_ratio"]), plan, batch)
+        if not added:
+            return table, looks
+        seeds = {cell: seeds.get(cell, []) + added.get(cell, []) for cell in set(seeds) | set(added)}
+        looks.append(dict(seeds))
+
+
+def test_the_spending_function_spends_alpha_by_the_end_and_never_more():
+    assert spent(0.0) == 0.0 and spent(1.0) == pytest.approx(ALPHA) and spent(2.0) == pytest.approx(ALPHA)
+    fractions = np.linspace(0, 1, 11)
+    assert np.all(np.diff([spent(t) for t in fractions]) > 0)
+
+
+def test_a_large_planted_effect_is_decided_at_the_first_look_with_no_extra_seeds():
+    table, looks = run_until_decided(effect=0.05, sd=0.002, plan=Plan(max_seeds=20), robustness=True)
+    assert len(looks) == 1 and table.iloc[0]["verdict"] == "better" and table.iloc[0]["look"] == 1
+    assert table.iloc[0]["n"] == 5
+
+
+def test_a_zero_effect_with_small_spread_adds_seeds_until_equivalent():
+    table, looks = run_until_decided(effect=0.0, sd=0.008, plan=Plan(max_seeds=40))
+    row = table.iloc[0]
+    assert len(looks) > 1 and row["verdict"] == "equivalent" and row["n"] > 5
+    assert row["look"] == len(looks)  # decided at the last look taken: no seeds added after it
+
+
+@pytest.mark.slow  # about a minute of simulated studies
+def test_on_null_data_the_sequential_false_decision_rate_stays_at_most_alpha():
+    """200 simulated studies with no true difference, looks at 5, 10, 15 and 20 seeds: a false
+    'better' or 'worse' at any look counts. By the union bound the rate is at most α; the
+    allowance above α is three binomial standard errors of the simulation."""
+    plan = Plan(max_seeds=20)
+    false = 0
+    studies = 200
+    for rng_seed in range(studies):
+        table, _ = run_until_decided(effect=0.0, sd=0.05, plan=plan, rng_seed=rng_seed, delta=0.001)
+        false += table.iloc[0]["verdict"] in ("better", "worse")
+    rate = false / studies
+    assert rate <= ALPHA + 3 * np.sqrt(ALPHA * (1 - ALPHA) / studies), rate
+
+
+@pytest.mark.slow
+def test_a_true_effect_beyond_delta_is_rarely_called_equivalent():
+    """The other error: an effect of 1.5·delta declared equivalent. At most α, simulated."""
+    plan = Plan(max_seeds=20)
+    studies = 150
+    wrong = sum(run_until_decided(effect=0.015, sd=0.01, plan=plan, rng_seed=s)[0].iloc[0]["verdict"] == "equivalent"
+                for s in range(studies))
+    assert wrong / studies <= ALPHA + 3 * np.sqrt(ALPHA * (1 - ALPHA) / studies)
