@@ -29,7 +29,7 @@ demo: $(STAMP)
 	$(BIN)/mae-study report mask_ratio
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25
 
 # The inner loop: everything but Ray, subprocesses and scenarios (tests/scenarios), in about a minute.
 test-fast: $(STAMP)

@@ -133,8 +133,26 @@ def results_readme(folders: list[Path]) -> str:
 
 
 def main_readme(folders: list[Path]) -> str:
-    """README.md's generated section: the overview with links."""
-    return overview(folders, "docs/results/")
+    """README.md's generated section: the verdicts counted per report (every claim is in
+    docs/results/README.md), so it stays short however many claims the studies declare."""
+    rows = []
+    everything = []
+    for folder in folders:
+        claims = pd.read_csv(folder / "claims.csv")
+        everything.append(claims)
+        counts = claims["verdict"].value_counts()
+        open_ = claims[claims["verdict"] == "inconclusive"]
+        rows.append({"report": f"[{folder.name}](docs/results/{folder.name}/)", "paper": _paper(folder),
+                     "hypotheses": len(claims),
+                     **{v: int(counts.get(v, 0)) for v in ("better", "worse", "equivalent", "inconclusive")},
+                     "seeds needed (median of the inconclusive)":
+                         "" if not len(open_) else _needed(next(open_.assign(n_needed=open_["n_needed"].median())
+                                                                .itertuples()))})
+    total = pd.concat(everything, ignore_index=True) if everything else pd.DataFrame(columns=["verdict"])
+    head = (f"{len(total)} hypotheses in {len(folders)} reports: {_counts(total) or 'none'}. Each report is one "
+            f"family (Holm); \"inconclusive\" is not \"no effect\". Every claim, its effect, interval and "
+            f"the seeds it needs: [docs/results](docs/results/README.md).\n\n")
+    return head + markdown_table(pd.DataFrame(rows))
 
 
 def splice(text: str, section: str, path: Path) -> str:

@@ -130,6 +130,8 @@ METRICS: dict[str, Metric] = _MetricTable({m.name: m for m in (
     _risk("test_den_risk", "denoising MSE", "denoising risk"),
     Metric("test_allvisible_rec_risk", "diagnostic", "all-visible reconstruction MSE (outside V_k)",
            "MAE error with every patch visible (not a risk of the spec)", "target", True),
+    Metric("test_mae_risk_masks", "bookkeeping", "masks per image of the masked risk",
+           "masks per test image the masked risk averaged over (C(M,k) when exact)", "masks", False),
     Metric("test_mae_risk_stderr", "bookkeeping", "masked MSE standard error",
            "standard error of the masked risk", "target", True),
     Metric("test_baseline_risk", "baseline", "mean-pixel baseline MSE", "mean-pixel baseline risk",
