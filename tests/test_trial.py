@@ -99,6 +99,10 @@ def test_a_trial_logs_its_baselines_and_trust_metrics(tmp_path):
     assert (params["eval.finetune_layer_decay"], params["eval.finetune_warmup_fraction"],
             params["eval.finetune_schedule"]) == ("1.0", "0.0", "constant")
     assert {f"eval.{key}" for key in EvalConfig.model_fields} <= set(params)
+    # every metric a trial logs is a row of the one metric table (labels, units, directions)
+    from evaluation.metrics import METRICS
+
+    assert [name for name in metrics if name not in METRICS and not name.startswith("system/")] == []  # MLflow's own
 
 
 def test_the_ae_logs_its_reconstruction_risk():
