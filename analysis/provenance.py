@@ -112,6 +112,8 @@ def provenance(tracking_uri: str, study: str, info: dict, frame: pd.DataFrame) -
     trials = f"{len(frame)} trials: {', '.join(f'{int(v)} {k.lower()}' for k, v in status.items())}"
     steps = _constant_or_range(frame, "steps", "{} updates")
     batch = _constant_or_range(frame, "batch_size", "batch {}")
+    if batch and int(tags.get("workers_per_trial", "1")) > 1:  # run --workers-per-trial N (parent tag)
+        batch += f" (the global batch, split over {tags['workers_per_trial']} workers per trial)"
     rows = [
         ("study", study + (f" (mirrors {info['paper']})" if info.get("paper") else "")
          + (" — smoke run, not a finding" if info.get("smoke") else "")),

@@ -40,6 +40,7 @@ from .config import Config
 from .corruptions import corrupt
 from .augment import augment
 from .data import count_split_duplicates, load_dataset
+from .distributed import Shard, wrap_model
 from .images import DeviceImages, ImageStore
 from .masking import sample_visible
 from .models import build_model
@@ -378,6 +379,7 @@ class UpdateParts:
     running: torch.Tensor  # float64 0-d, on the device
     watch: DivergenceWatch
     lr_at: Callable[[int], float]
+    shard: Shard = Shard()  # this rank's slice of each global batch (mae_core.distributed)
 
     def loss(self, clean: torch.Tensor, visible: torch.Tensor | None, x: torch.Tensor | None = None) -> torch.Tensor:
         """``L_t``: the mean of ℓ_MAE at ``visible`` (MAE) or of the reconstruction error of the
@@ -398,6 +400,7 @@ class UpdateParts:
         self.scaler.unscale_(self.optimizer)  # the true gradient, for the watch (identity unless fp16)
         # Under fp16 an overflowing gradient is the scaler's business (it skips that update and
         # lowers the scale); only a non-finite loss means the run itself diverged.
+        loss = self.shard.mean(loss.detach())  # L_t of the global batch: every rank watches and records it
         self.watch.observe(step, loss, self.model, check_gradients=not self.scaler.is_enabled())
         self.scaler.step(self.optimizer)
         self.scaler.update()
@@ -418,17 +421,23 @@ class EagerUpdate:
         for group in p.optimizer.param_groups:
             group["lr"] = lr
         index = torch.randint(len(p.images), (config.batch_size,), generator=p.sampler)  # I_t, drawn on the CPU
+        # Several ranks: every rank draws the global batch's I_t, V_t (and augmentation or
+        # corruption) as one process would, then keeps its rows. Without augmentation or
+        # corruption nothing is drawn per image, so a rank reads only its own images.
+        rows = p.shard.rows(config.batch_size) if p.shard.active else slice(None)
+        whole = config.augment != "none" or config.objective == "dae"
         # the augmentation (none by default: it draws nothing then) draws from the same sampler
-        clean = patchify(augment(p.images(index), config.augment, p.sampler, self.value_range), p.patch_size)  # [B,M,q]
+        clean = patchify(augment(p.images(index if whole else index[rows]), config.augment, p.sampler,
+                                 self.value_range), p.patch_size)  # [B,M,q] (this rank's rows of it)
         visible = x = None
         if config.objective == "mae":
             visible = sample_visible(config.batch_size, config.num_patches, config.num_visible, p.sampler,
-                                     config.mask_sampling, config.grid)  # V_t
+                                     config.mask_sampling, config.grid)[rows]  # V_t
             visible = visible.to(clean.device, non_blocking=True)
         elif config.objective == "dae":  # the corruption draws from the same CPU sampler
             x = corrupt(clean.cpu(), config.resolved_corruption, config.corruption_level,
-                        p.sampler).to(clean.device, non_blocking=True)
-        p.step(t, p.loss(clean, visible, x))
+                        p.sampler).to(clean.device, non_blocking=True)[rows]
+        p.step(t, p.loss(clean[rows] if whole else clean, visible, x))
 
     def sampler_state(self, done: int) -> torch.Tensor:
         """The sampler's state after update ``done - 1`` (the last one run)."""
@@ -523,8 +532,9 @@ class CapturableUpdate:
             index = self.host_index[t - self.first]
         else:
             index = self.index.index_select(0, slot).view(-1)
-        clean = patchify(p.images(index), p.patch_size)  # [B,M,q]
-        visible = None if self.visible is None else self.visible.index_select(0, slot)[0]  # [B,k]
+        rows = p.shard.rows(p.config.batch_size) if p.shard.active else slice(None)  # this rank's images
+        clean = patchify(p.images(index[rows]), p.patch_size)  # [B,M,q]
+        visible = None if self.visible is None else self.visible.index_select(0, slot)[0][rows]  # [B,k]
         p.step(self.step, p.loss(clean, visible))
         self.step += 1
         self.slot += 1
@@ -566,14 +576,25 @@ def train(
     on_checkpoint: Callable[[int, Path], None] | None = None,
     checkpoint_extra: dict[str, Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    shard: Shard = Shard(),
 ) -> TrainResult:
     """Run the J updates of the spec's procedure; resume from ``checkpoint_path`` if it exists.
 
     ``should_stop()`` is asked after every update; when it says yes the loop checkpoints that
     step (so nothing is lost) and raises :class:`TrainingInterrupted`.
+
+    ``shard``: this process's rank in a data-parallel run (:mod:`mae_core.distributed`, with
+    the process group already initialised): each rank computes its slice of every global batch,
+    DDP averages the gradients, the recorded loss is the global batch's, a stop asked on one rank
+    stops all, and only rank 0 writes checkpoints (the callbacks run on every rank). The update
+    is eager or capturable, never one CUDA graph (the gradient all-reduce is not captured).
     """
-    device = resolve_device(config.device)
+    device = torch.device(shard.device) if shard.device is not None else resolve_device(config.device)
     plan = update_plan(config, device, images_in_memory=data.pretraining.in_memory)
+    if shard.active and plan.graph:
+        plan = UpdatePlan(capturable=True, graph=False, note=(
+            f"cuda_graph={str(config.cuda_graph).lower()}: a run on {shard.world_size} workers "
+            "all-reduces its gradients outside a graph; the update stays capturable, uncaptured"))
     if plan.note is not None:
         warn(plan.note, CudaGraphWarning, stacklevel=2)
     torch.manual_seed(config.seed)
@@ -596,13 +617,14 @@ def train(
                              total_steps=config.steps, schedule=config.schedule)
 
     parts = UpdateParts(
-        config=config, model=model, forward=torch.compile(model) if config.compile_enabled_on(device.type) else model,
+        config=config, model=model, forward=(torch.compile(wrap_model(model, shard, device))
+                                             if config.compile_enabled_on(device.type) else wrap_model(model, shard, device)),
         optimizer=optimizer, scaler=scaler, images=DeviceImages(data.pretraining, device),
         patch_size=data.patch_size, sampler=sampler,
         # the loss is always fp32; a captured forward pass needs autocast without its weight cache
         autocast=autocast(config.precision, device, cache_enabled=not plan.capturable),
         running=torch.tensor(loop.running_sum, dtype=torch.float64, device=device),
-        watch=DivergenceWatch(device), lr_at=lr_at)
+        watch=DivergenceWatch(device), lr_at=lr_at, shard=shard)
     update = (CapturableUpdate(parts, start=loop.step, graph=plan.graph) if plan.capturable
               else EagerUpdate(parts, value_range=(0.0, 1.0) if data.pretraining.table is not None else None))
     running, watch = parts.running, parts.watch
@@ -622,11 +644,11 @@ def train(
                 on_log(done, {"train_loss": history[-1][1]})
             running.zero_()
             since_log = 0
-        stop = should_stop is not None and should_stop()
+        stop = should_stop is not None and shard.any(should_stop(), device)
         if stop and checkpoint_path is not None and not checkpoint_due:
             watch.check(lr_at)
             checkpoint_due = True
-        if checkpoint_due:
+        if checkpoint_due and shard.rank == 0:
             save_checkpoint(checkpoint_path, {
                 "step": done, "model": model.state_dict(), "optimizer": optimizer_state(optimizer),
                 "sampler": update.sampler_state(done), "history": history,
@@ -634,6 +656,8 @@ def train(
                 "config": config.resolved(), "extra": checkpoint_extra or {},
                 "scaler": scaler.state_dict(),
             })
+        if checkpoint_due:
+            shard.barrier()  # the file every rank resumes from is written
             if on_checkpoint is not None and not stop:
                 on_checkpoint(done, checkpoint_path)
         if stop:

@@ -219,6 +219,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     plan = plan_study(study, smoke=args.smoke, overrides=fixed, search=search)
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise UsageError(f"--max-concurrent {args.max_concurrent}: must be at least 1")
+    _check_workers(args.workers_per_trial, plan.cells, args.gpus_per_trial)
     root = writable_folder(Path(args.out), "--out")
     out = writable_folder(study_folder(root, study.name, args.smoke), "--out")
     options = RunOptions(
@@ -226,8 +227,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         experiment=args.experiment, smoke=args.smoke, resume=args.resume, address=args.address,
         max_concurrent=args.max_concurrent, cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=(args.gpus_per_trial if args.gpus_per_trial is not None
+                        # several workers: one whole GPU each where CUDA is (NCCL wants a device per rank)
+                        else float(default_gpus_per_trial(plan.num_trials, args.cpus_per_trial, args.address) > 0)
+                        if args.workers_per_trial > 1
                         else default_gpus_per_trial(plan.num_trials, args.cpus_per_trial, args.address)),
         scheduler=args.scheduler, command=shlex.join(["mae-study", *args.argv]),
+        workers_per_trial=args.workers_per_trial,
     )
 
     from .interrupts import EXIT_INTERRUPTED, Interruption, sigterm_as_sigint
@@ -260,6 +265,23 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"{max(state['looks'][-1].values(), default=0)}); claims: {counts or 'none decided'}", file=sys.stderr)
     print(f"next: {report_command(args, study.name, state['parent_run_id'])}", file=sys.stderr)
     return 1 if state["errored"] else 0
+
+
+def _check_workers(workers: int, cells: list[dict], gpus: float | None) -> None:
+    """--workers-per-trial N: at least 1, every cell's batch_size (the global batch) splits into N
+    equal slices, and with GPUs each worker has a whole one (NCCL refuses two ranks on one
+    device); one line otherwise, before Ray starts."""
+    if workers > 1 and gpus is not None and 0 < gpus < 1:
+        raise UsageError(f"--workers-per-trial {workers} with --gpus-per-trial {gpus:g}: each worker of a "
+                         "trial needs a whole GPU (NCCL runs one rank per device)")
+    from mae_core.config import Config
+    from mae_core.distributed import local_batch_size
+
+    for batch in sorted({Config(**cell).batch_size for cell in cells}):
+        try:
+            local_batch_size(batch, workers)
+        except ValueError as error:
+            raise UsageError(f"--workers-per-trial {workers}: {error}") from None
 
 
 def _check_seed_flags(args: argparse.Namespace) -> None:
@@ -664,6 +686,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--gpus-per-trial", type=float,
                      help="a GPU's share per trial, e.g. 0.125 packs 8 trials on one GPU (default: "
                           "0 without CUDA; with CUDA, one GPU shared by the trials that fit the CPUs, at most 8)")
+    run.add_argument("--workers-per-trial", type=int, default=1,
+                     help="train each trial on N Ray Train workers (DDP: gloo on CPUs, NCCL on GPUs), each with "
+                          "--cpus-per-trial/--gpus-per-trial; batch_size stays the global batch, split evenly")
     run.add_argument("--out", default=DEFAULT_OUT,
                      help="the output folder: the MLflow store (mlflow.db, mlartifacts/) unless --tracking-uri, "
                           "and STUDY[-smoke]/ with study.json, Ray's state and the report (default: mae_runs)")

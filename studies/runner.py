@@ -68,6 +68,9 @@ class RunOptions:
     max_concurrent: int | None = None
     cpus_per_trial: float = 1.0
     gpus_per_trial: float = 0.0
+    # >1: each trial is a Ray Train TorchTrainer (DDP) on this many workers, each with
+    # cpus_per_trial CPUs and gpus_per_trial GPUs; batch_size stays the global batch (studies.ddp)
+    workers_per_trial: int = 1
     max_failures: int = 2  # Ray retries of a crashed trial (a diverging trial is not retried)
     scheduler: str = "fifo"  # fifo: every cell runs to the end; asha: stop poor trials early (exploration only)
     command: str | None = None  # the command line that started the study, for its report
@@ -202,6 +205,8 @@ def check_resources(options: RunOptions, available: dict[str, float], where: str
     """Refuse a per-trial request no node could ever meet: Ray would wait for it forever."""
     for name, asked in (("CPU", options.cpus_per_trial), ("GPU", options.gpus_per_trial)):
         flag = f"--{name.lower()}s-per-trial {asked:g}"
+        if options.workers_per_trial > 1:  # every worker of a trial asks for that share
+            flag, asked = f"{flag} × --workers-per-trial {options.workers_per_trial}", asked * options.workers_per_trial
         if asked < 0 or (name == "CPU" and asked == 0):
             raise StudySetupError(f"{flag}: must be {'positive' if name == 'CPU' else 'at least 0'}")
         if asked > available.get(name, 0.0):
@@ -267,12 +272,14 @@ def check_resume(plan: StudyPlan, options: RunOptions) -> dict[str, Any] | None:
 
 def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name: str,
               tracking_uri: str, experiment: str, parent_run_id: str, search: bool = False,
-              baseline_dir: str | None = None) -> None:
+              baseline_dir: str | None = None, workers: dict[str, Any] | None = None) -> None:
     """One Ray Tune trial: a grid cell trained, evaluated and logged to its own MLflow run.
     In a search, a trial's run is found by its Ray trial id as well (two samples may draw the
     same values, and each is its own trial). Baselines are shared through ``baseline_dir``
     (:mod:`evaluation.baselines`); where a trial's varied keys include an ``eval.*`` key, so do
-    trained encoders, in the ``pretrained/`` folder beside it (:mod:`studies.pretrained`)."""
+    trained encoders, in the ``pretrained/`` folder beside it (:mod:`studies.pretrained`).
+    ``workers`` (``workers``, ``cpus``, ``gpus``, ``folder``): the trial trains on that many Ray
+    Train workers (:mod:`studies.ddp`), its checkpoint kept under ``folder``."""
     import ray
     import torch
     from mlflow.tracking import MlflowClient
@@ -300,6 +307,18 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
     tags = {"study": study_name, "cell_id": cell, "ray_node_id": context.get_node_id(),
             "ray_gpu_ids": ",".join(context.get_accelerator_ids().get("GPU", [])),
             "ray_trial_id": tune.get_context().get_trial_id(), "ray_worker_pid": str(os.getpid())}
+    if workers is not None:
+        from .ddp import CHECKPOINTS_DIR, train_on_workers
+
+        folder = Path(workers["folder"])
+        loop = {"keys": keys, "tracking_uri": tracking_uri, "experiment": experiment, "run_id": run_id,
+                "run_name": trial_run_name(config), "parent_run_id": parent_run_id, "tags": tags,
+                # one folder per study run and cell: a fresh study in the same --out never resumes another's
+                "checkpoint_path": str(folder / CHECKPOINTS_DIR / parent_run_id / cell / "checkpoint.pt"),
+                "baseline_dir": baseline_dir}
+        tune.report(train_on_workers(loop, workers=workers["workers"], cpus_per_worker=workers["cpus"],
+                                     gpus_per_worker=workers["gpus"], storage=folder / "ray-train"))
+        return
     checkpoints = RayCheckpoints()
     checkpoints.restore()
     last = {"train_loss": float("nan")}
@@ -430,6 +449,7 @@ def _create_parent(client, experiment_id: str, plan: StudyPlan, options: RunOpti
         "reference": json.dumps(plan.reference, default=str), **plan_tags(plan),
         # provenance a report states: the exact command and the driver's machine
         "machine": tracking.machine(), **({"command": options.command} if options.command else {}),
+        "workers_per_trial": str(options.workers_per_trial),
     })
     state = {"study": plan.study.name, "parent_run_id": parent, "name": name,
              "ray_path": str(options.out_dir / "ray" / name),
@@ -452,8 +472,14 @@ def _fit(plan: StudyPlan, options: RunOptions, state: dict[str, Any], progress, 
         experiment=options.experiment, parent_run_id=state["parent_run_id"], search=plan.search is not None,
         # On a cluster another node cannot see this folder: each trial then computes its own.
         baseline_dir=str(options.out_dir / BASELINES_DIR) if options.address in (None, "local") else None,
+        workers=({"workers": options.workers_per_trial, "cpus": options.cpus_per_trial,
+                  "gpus": options.gpus_per_trial, "folder": str(options.out_dir)}
+                 if options.workers_per_trial > 1 else None),
     )
-    fn = tune.with_resources(fn, {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial})
+    if options.workers_per_trial > 1:  # the trial only waits on its trainer, whose workers hold the resources
+        fn = tune.with_resources(fn, {"cpu": 0, "memory": 1})  # (Ray refuses an empty request: 1 byte)
+    else:
+        fn = tune.with_resources(fn, {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial})
     callbacks = [RayStopWatch(), *([progress] if progress is not None else [])]
     # Trials checkpoint every few seconds in smoke mode; Ray's advice to checkpoint less is noise here.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
@@ -472,7 +498,7 @@ def _fit(plan: StudyPlan, options: RunOptions, state: dict[str, Any], progress, 
                     fn,
                     param_space=param_space,
                     # reuse_actors: a trial process imports torch, MLflow and scikit-learn once, not per trial
-                    tune_config=tune.TuneConfig(max_concurrent_trials=options.max_concurrent, reuse_actors=True,
+                    tune_config=tune.TuneConfig(max_concurrent_trials=_max_concurrent(options), reuse_actors=True,
                                                 scheduler=build_scheduler(options.scheduler, plan),
                                                 search_alg=search_alg, num_samples=num_samples),
                     run_config=tune.RunConfig(
@@ -488,6 +514,20 @@ def _fit(plan: StudyPlan, options: RunOptions, state: dict[str, Any], progress, 
             import ray
 
             ray.shutdown()
+
+
+def _max_concurrent(options: RunOptions) -> int | None:
+    """``--max-concurrent``; with several workers per trial, by default as many trials as the
+    cluster's CPUs (and GPUs) hold whole trainers: a trial waiting on its trainer holds nothing."""
+    if options.max_concurrent is not None or options.workers_per_trial <= 1:
+        return options.max_concurrent
+    import ray
+
+    total = ray.cluster_resources()
+    fits = [total.get("CPU", 0.0) / (options.workers_per_trial * options.cpus_per_trial)]
+    if options.gpus_per_trial > 0:
+        fits.append(total.get("GPU", 0.0) / (options.workers_per_trial * options.gpus_per_trial))
+    return max(1, int(min(fits)))
 
 
 # Set when Ray Tune's loop stopped on a signal. Ray then stops every trial, and they read as

@@ -22,6 +22,7 @@ from mae_core.config import Config
 from evaluation import evaluate_trial
 from evaluation.baselines import BaselineCache
 from mae_core.compute import compute_metrics
+from mae_core.distributed import Shard
 from mae_core.models import build_model, config_variant_name
 from mae_core.train import NonFiniteError, PatchData, TrainResult, resolve_device, train
 
@@ -30,6 +31,7 @@ from .interrupts import Interruption
 
 
 BASELINES_TAG = "baselines"  # "computed KEY" or "reused KEY": see evaluation.baselines
+WORKERS_TAG = "workers_per_trial"  # processes one trial's training ran on (absent: one)
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ def run_trial(
     interruption: Interruption | None = None,
     baselines: BaselineCache | None = None,
     pretrained: shared.PretrainedCache | None = None,
+    shard: Shard = Shard(),
 ) -> TrialOutcome:
     """Train and evaluate ``config`` on ``data``; one MLflow run holds all of it.
 
@@ -88,6 +91,8 @@ def run_trial(
     whether this trial computed its set or read it (and its key). ``pretrained``: the study's
     shared encoders (:mod:`studies.pretrained`); a trial whose pretraining key another trial
     trained evaluates that encoder instead of training, and the ``pretraining`` tag says which.
+    ``shard``: rank 0 of a data-parallel run (:mod:`mae_core.distributed`; the other ranks call
+    :func:`~mae_core.train.train` alone), whose ``workers_per_trial`` is tagged.
     """
     client = MlflowClient(tracking_uri)
     with lifecycle.opened(client, run_id or lifecycle.run_in_checkpoint(checkpoint_path),
@@ -97,7 +102,7 @@ def run_trial(
         metrics, train_seconds = _train_and_evaluate(
             client, run_id, config, data, checkpoint_path=checkpoint_path, on_progress=on_progress,
             on_checkpoint=on_checkpoint, probes=probes, interruption=interruption, baselines=baselines,
-            pretrained=pretrained)
+            pretrained=pretrained, shard=shard)
         lifecycle.finished(client, run_id)
     return TrialOutcome(run_id=run_id, metrics=metrics, train_seconds=train_seconds)
 
@@ -106,9 +111,12 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
                         checkpoint_path: Path | None, on_progress, on_checkpoint, probes: bool,
                         interruption: Interruption | None,
                         baselines: BaselineCache | None,
-                        pretrained: shared.PretrainedCache | None = None) -> tuple[dict[str, float], float]:
+                        pretrained: shared.PretrainedCache | None = None,
+                        shard: Shard = Shard()) -> tuple[dict[str, float], float]:
     """The trial's work inside its active run: (final metrics, training seconds)."""
     tracking.log_params(client, run_id, config.resolved())
+    if shard.active:  # the global batch is batch_size; each worker took batch_size / workers_per_trial
+        tracking.set_tags(client, run_id, {WORKERS_TAG: shard.world_size})
     logged.log_dataset_inputs(client, run_id, config, data)
     already = tracking.logged_steps(client, run_id, "train_loss")
 
@@ -123,7 +131,8 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
         with interruption.deferred() if interruption is not None else nullcontext():
             result = train(config, data, checkpoint_path=checkpoint_path, on_log=on_log,
                            on_checkpoint=on_checkpoint, checkpoint_extra={"mlflow_run_id": run_id},
-                           should_stop=interruption.requested if interruption is not None else None)
+                           should_stop=interruption.requested if interruption is not None else None,
+                           shard=shard)
         return result, time.perf_counter() - started
 
     try:
