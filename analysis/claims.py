@@ -247,6 +247,11 @@ class Paired:
         return float(self.d.std(ddof=1)) if self.n > 1 else math.nan
 
     @property
+    def without_spread(self) -> bool:
+        """Differences equal up to rounding: a t statistic would be ±inf or noise over noise."""
+        return self.sd <= 1e-12 * max(1.0, abs(self.effect))
+
+    @property
     def gain(self) -> float:
         """The effect in the metric's better direction (positive: the cell is better)."""
         return self.sign * self.effect
@@ -255,7 +260,7 @@ class Paired:
         """Two-sided paired t-test p (scipy); 0 or 1 when the differences have no spread."""
         if self.n < 2:
             return math.nan
-        if self.sd <= 1e-12 * max(1.0, abs(self.effect)):
+        if self.without_spread:
             return 0.0 if self.effect != 0 else 1.0
         return float(sps.ttest_1samp(self.d, 0.0).pvalue)
 
@@ -263,7 +268,7 @@ class Paired:
         """Paired TOST p for |difference| < delta (statsmodels ``ttost_paired``)."""
         if self.n < 2:
             return math.nan
-        if self.sd <= 1e-12 * max(1.0, abs(self.effect)):
+        if self.without_spread:
             return 0.0 if abs(self.effect) < self.delta else 1.0
         return float(ttost_paired(self.x, self.r, -self.delta, self.delta)[0])
 
@@ -397,6 +402,13 @@ def seeds_needed(effect: float, sd: float, n: int, delta: float, alpha: float) -
         if math.isfinite(needed) and needed > 0:
             candidates.append(needed)
     return float(min(MAX_SEEDS, max(n + 1, math.ceil(min(candidates))))) if candidates else float(MAX_SEEDS)
+
+
+def seeds_text(n_needed: float) -> str:
+    """``n_needed`` as a report writes it: the count, ``≥ MAX_SEEDS`` at the cap, ``unknown`` for NaN."""
+    if not math.isfinite(n_needed):
+        return "unknown"
+    return f"≥ {MAX_SEEDS}" if n_needed >= MAX_SEEDS else f"{int(n_needed)}"
 
 
 def _verdict(p_adjusted: float, p_equivalence_adjusted: float, direction: str, alpha: float = ALPHA) -> str:

@@ -19,7 +19,8 @@ import pandas as pd
 from evaluation.metrics import METRICS
 
 from . import figures
-from .claims import ALPHA, CLAIM_COLUMNS, EXTRA_COLUMNS, MAX_SEEDS, MIN_SIGNFLIP_N, decide_claims, resolve_claims
+from .claims import (ALPHA, CLAIM_COLUMNS, EXTRA_COLUMNS, MIN_SIGNFLIP_N, decide_claims, resolve_claims,
+                     seeds_text)
 from .markdown import markdown_table
 from .partial_share import share_sentences
 from .sequential import Plan, decide_sequential
@@ -71,12 +72,6 @@ def decide(frame: pd.DataFrame, study: str, info: dict, raw_claims: Sequence[dic
     return Claims(table, text, skipped + unmeasured)
 
 
-def _seeds(value: float) -> str:
-    if not math.isfinite(value):
-        return "unknown"
-    return f"≥ {MAX_SEEDS}" if value >= MAX_SEEDS else f"{int(value)}"
-
-
 def claims_text(table: pd.DataFrame, declared: str, smoke: bool = False) -> str:
     """The paragraph above the claims table: how they were decided and what each word means."""
     if not len(table):
@@ -118,7 +113,7 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
                      "effect": "—" if not math.isfinite(r.effect) else f"{r.effect:+.3g}", "interval": interval,
                      "adjusted p": "—" if not math.isfinite(r.p_adjusted) else f"{r.p_adjusted:.2g}",
                      "±delta": f"{r.delta:g}", "verdict": r.verdict,
-                     "n needed": "" if r.verdict != "inconclusive" else _seeds(r.n_needed),
+                     "n needed": "" if r.verdict != "inconclusive" else seeds_text(r.n_needed),
                      "declared": r.direction, "mixed model": r.model_verdict})
     return pd.DataFrame(rows)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .claims import seeds_text
 from .markdown import markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,9 +50,7 @@ def _effect(row) -> str:
 
 
 def _needed(row) -> str:
-    if row.verdict != "inconclusive":
-        return ""
-    return "≥ 1000" if row.n_needed >= 1000 else str(int(row.n_needed))
+    return seeds_text(row.n_needed) if row.verdict == "inconclusive" else ""
 
 
 def claims_table(claims: pd.DataFrame, links: str | None = None) -> pd.DataFrame:
@@ -146,8 +145,7 @@ def main_readme(folders: list[Path]) -> str:
                      "hypotheses": len(claims),
                      **{v: int(counts.get(v, 0)) for v in ("better", "worse", "equivalent", "inconclusive")},
                      "seeds needed (median of the inconclusive)":
-                         "" if not len(open_) else _needed(next(open_.assign(n_needed=open_["n_needed"].median())
-                                                                .itertuples()))})
+                         seeds_text(open_["n_needed"].median()) if len(open_) else ""})
     total = pd.concat(everything, ignore_index=True) if everything else pd.DataFrame(columns=["verdict"])
     head = (f"{len(total)} hypotheses in {len(folders)} reports: {_counts(total) or 'none'}. Each report is one "
             f"family (Holm); \"inconclusive\" is not \"no effect\". Every claim, its effect, interval and "

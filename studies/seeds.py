@@ -213,8 +213,8 @@ def add_seeds(plan: StudyPlan, options: RunOptions, seeds: list[int], *, progres
         state["seeds"] = sorted(set(plan.axes.get("seed", ())) | have | set(seeds))
         state = _batch_state(state, _full_plan(plan, state), rows, int(state.get("look", 1)) + 1, options)
     full = _full_plan(plan, state)
-    state = run_study(batch_plan(full, rows), replace(options, resume=bool(options.resume)),
-                      progress_factory(batch_plan(full, rows)) if progress_factory else None, interruption,
+    batch_run = batch_plan(full, rows)
+    state = run_study(batch_run, options, progress_factory(batch_run) if progress_factory else None, interruption,
                       extend=None if options.resume else state)
     client = MlflowClient(options.tracking_uri)
     if state.get("sequential") is not None:  # a further look of the study's sequential plan
