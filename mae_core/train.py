@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -662,10 +663,28 @@ def train(
                 on_checkpoint(done, checkpoint_path)
         if stop:
             raise TrainingInterrupted(done, checkpoint_path)
+        hold_for_tests(done, should_stop)
     model.eval()
     return TrainResult(model=model, steps=config.steps, history=history,
                        resumed_from=loop.step if loop.resumed else None, warnings=warnings,
                        update_mode=update.mode)
+
+
+PAUSE_VARIABLE = "MAE_TEST_PAUSE_AT_STEP"
+
+
+def hold_for_tests(done: int, should_stop: Callable[[], bool] | None, limit_s: float = 900.0) -> None:
+    """With ``MAE_TEST_PAUSE_AT_STEP=N`` in the environment, hold the loop after update N (its log
+    and checkpoint written) until a stop is asked, the process is killed, or ``limit_s`` passes.
+
+    Interrupt tests signal a run at a known step instead of racing a timer against the loop: a
+    fast machine no longer finishes training before the signal lands. Unset, it costs one dict
+    lookup per update."""
+    if os.environ.get(PAUSE_VARIABLE) != str(done):
+        return
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and not (should_stop is not None and should_stop()):
+        time.sleep(0.05)
 
 
 def batch_target(patches: torch.Tensor, kind: str) -> torch.Tensor:

@@ -38,7 +38,8 @@ def test_a_two_worker_study_logs_one_finished_child_run_per_cell(tmp_path):
 
 
 def test_a_two_worker_study_interrupted_while_training_resumes(tmp_path):
-    driver = start([*STUDY, "steps=60"], tmp_path)  # smoke: a checkpoint every 10 updates
+    # smoke: a checkpoint every 10 updates; the first trial holds at 20 so the signal lands in training
+    driver = start([*STUDY, "steps=60"], tmp_path, pause_at_step=20)
     checkpoints = tmp_path / "mae_runs" / "mask_ratio-smoke" / "checkpoints"
     wait_for(lambda: any(checkpoints.glob("*/*/checkpoint.pt")), driver, "rank 0's first checkpoint", timeout=600)
     output = interrupt(driver, signal.SIGINT)
