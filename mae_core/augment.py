@@ -7,6 +7,8 @@ paper's pretraining augmentation instead (He et al. 2022, ``main_pretrain.py``:
 trial's device, every image its own crop and flip, with the parameters drawn on the CPU from the
 run's sampler: a run is reproducible under its seed and resumes bitwise from a checkpoint (the
 sampler state is saved), and ``augment=none`` draws nothing, so it leaves every number as before.
+Only the 5·B crop parameters cross to the device; the resize matrices are built there (issue 26:
+float64 [B,H,H] and [B,W,W] built on the CPU every step were about 200 MB a step at 224 px).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from .devices import to_device
 
 AUGMENTATIONS = ("none", "crop_flip")
 CROP_SCALE = (0.2, 1.0)  # crop area / image area (He et al.)
@@ -83,9 +87,11 @@ def resized_crops(images: torch.Tensor, top: torch.Tensor, left: torch.Tensor, h
     and the weights renormalised, as PIL does), so out = R_rows · image · R_colsᵀ, one batched
     product (PIL rounds to bytes between its two passes; this stays in float)."""
     _, _, height, width = images.shape
-    rows = _resize_matrix(top, h, height).to(images.device, images.dtype, non_blocking=True)  # [B, H, H]
-    cols = _resize_matrix(left, w, width)  # [B, W, W]
-    cols = torch.where(flip[:, None, None], cols.flip(1), cols).to(images.device, images.dtype, non_blocking=True)
+    # the 5·B parameters cross to the device in one copy that does not block the host
+    top, left, h, w, flip = to_device(torch.stack([top, left, h, w, flip.long()]), images.device)
+    rows = _resize_matrix(top, h, height, images.dtype)  # [B, H, H]
+    cols = _resize_matrix(left, w, width, images.dtype)  # [B, W, W]
+    cols = torch.where(flip.bool()[:, None, None], cols.flip(1), cols)
     out = rows[:, None] @ images @ cols.transpose(1, 2)[:, None]
     return out if value_range is None else out.clamp(*value_range)
 
@@ -98,17 +104,24 @@ def _cubic(x: torch.Tensor, a: float = -0.5) -> torch.Tensor:
     return torch.where(x < 1, near, torch.where(x < 2, far, torch.zeros_like(x)))
 
 
-def _resize_matrix(start: torch.Tensor, length: torch.Tensor, size: int) -> torch.Tensor:
+def _resize_matrix(start: torch.Tensor, length: torch.Tensor, size: int, dtype: torch.dtype) -> torch.Tensor:
     """Per image b, the [size, size] matrix that resizes pixels ``start..start+length`` of an
     axis of ``size`` pixels to ``size`` pixels (an upscale: crops are never larger than the
     image), PIL's way: output i is centred at ``(i + ½)·length/size`` in the crop and reads
-    the crop pixels j with ``|j + ½ - centre| < 2``, weights renormalised to sum to 1. float64 [B, size, size]."""
+    the crop pixels j with ``|j + ½ - centre| < 2``, weights renormalised to sum to 1.
+    ``dtype`` [B, size, size] on the device of ``start`` and ``length``. The taps and their
+    weights ([B, size, 5], small) are float64, so every floor and comparison is the one PIL's
+    double arithmetic makes; only the weights are rounded to ``dtype``, and each matrix entry
+    holds at most one non-zero weight (in-crop taps are distinct pixels), so for float32 the
+    matrix equals the float64 one rounded to float32."""
+    device = start.device
     scale = length.double() / size  # [B]
-    centre = (torch.arange(size, dtype=torch.float64) + 0.5)[None, :] * scale[:, None]  # [B, size]
+    centre = (torch.arange(size, dtype=torch.float64, device=device) + 0.5)[None, :] * scale[:, None]  # [B, size]
     first = torch.floor(centre - 1.5)
-    taps = first[..., None] + torch.arange(5, dtype=torch.float64)  # [B, size, 5], crop-local
+    taps = first[..., None] + torch.arange(5, dtype=torch.float64, device=device)  # [B, size, 5], crop-local
     inside = (taps >= 0) & (taps < length[:, None, None]) & (taps < torch.floor(centre + 2.5)[..., None])
     weights = _cubic(taps + 0.5 - centre[..., None]) * inside
     weights = weights / weights.sum(dim=-1, keepdim=True)
     columns = (taps.long() + start[:, None, None]).clamp(0, size - 1)  # outside taps weigh 0
-    return torch.zeros(len(start), size, size, dtype=torch.float64).scatter_add_(2, columns, weights)
+    matrix = torch.zeros(len(start), size, size, dtype=dtype, device=device)
+    return matrix.scatter_add_(2, columns, weights.to(dtype))

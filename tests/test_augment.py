@@ -11,7 +11,8 @@ from PIL import Image
 
 from conftest import tiny_config
 from mae_core import Config, ConfigError, prepare_data, train
-from mae_core.augment import CROP_ATTEMPTS, augment, crop_flip_params, resized_crops
+from device_checks import DEVICE, HostReads, cuda_syncs
+from mae_core.augment import CROP_ATTEMPTS, _cubic, augment, crop_flip_params, resized_crops
 
 
 def _generator(seed: int = 0) -> torch.Generator:
@@ -99,3 +100,57 @@ def test_training_with_crop_flip_is_seeded_and_differs_from_plain_training():
     first, again = train(config, data).history, train(config, data).history
     assert first == again and all(math.isfinite(v) for _, v in first)
     assert first != train(config.with_updates(augment="none"), data).history
+
+
+# ------------------------------------------------- on the device, in the activations' dtype (issue 26)
+
+
+def _old_resize_matrix(start, length, size):
+    """The float64 CPU matrix crop_flip built before issue 26, kept as the reference."""
+    scale = length.double() / size
+    centre = (torch.arange(size, dtype=torch.float64) + 0.5)[None, :] * scale[:, None]
+    first = torch.floor(centre - 1.5)
+    taps = first[..., None] + torch.arange(5, dtype=torch.float64)
+    inside = (taps >= 0) & (taps < length[:, None, None]) & (taps < torch.floor(centre + 2.5)[..., None])
+    weights = _cubic(taps + 0.5 - centre[..., None]) * inside
+    weights = weights / weights.sum(dim=-1, keepdim=True)
+    columns = (taps.long() + start[:, None, None]).clamp(0, size - 1)
+    return torch.zeros(len(start), size, size, dtype=torch.float64).scatter_add_(2, columns, weights)
+
+
+def _old_resized_crops(images, top, left, h, w, flip):
+    _, _, height, width = images.shape
+    rows = _old_resize_matrix(top, h, height).to(images.dtype)
+    cols = _old_resize_matrix(left, w, width)
+    cols = torch.where(flip[:, None, None], cols.flip(1), cols).to(images.dtype)
+    return rows[:, None] @ images @ cols.transpose(1, 2)[:, None]
+
+
+@pytest.mark.parametrize("size", [(32, 24), (224, 224)])
+def test_crop_flip_matrices_built_on_the_device_match_the_float64_path(size):
+    """fp32: the float64 weights rounded once, so the output is the old path's to fp32 rounding."""
+    height, width = size
+    images = torch.rand(6, 3, height, width, generator=_generator(3))
+    params = crop_flip_params(6, height, width, _generator(4))
+    expected = _old_resized_crops(images, *params)
+    got = resized_crops(images.to(DEVICE), *params)
+    assert got.device.type == DEVICE.type and got.dtype == torch.float32
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_crop_flip_in_bf16_stays_in_bf16_within_its_rounding():
+    images = torch.rand(4, 3, 16, 16, generator=_generator(1))
+    params = crop_flip_params(4, 16, 16, _generator(2))
+    got = resized_crops(images.to(DEVICE, torch.bfloat16), *params)
+    assert got.dtype == torch.bfloat16 and got.device.type == DEVICE.type
+    torch.testing.assert_close(got.float().cpu(), _old_resized_crops(images, *params), rtol=0.05, atol=0.05)
+
+
+def test_crop_flip_reads_nothing_back_from_the_device(monkeypatch):
+    """The parameters are drawn on the host and cross once; nothing is read back (no host sync)."""
+    images = torch.rand(4, 1, 8, 8).to(DEVICE)
+    reads = HostReads(monkeypatch)
+    with cuda_syncs() as syncs:
+        out = augment(images, "crop_flip", _generator(0), (0.0, 1.0))
+    assert out.device == images.device and out.shape == images.shape
+    assert reads.calls == [] and syncs == []

@@ -1,0 +1,51 @@
+"""What the device-sensitive tests share (issue 26): the device they run on and a counter of
+host reads. ``MAE_TEST_DEVICE=cuda`` runs them on a GPU (benchmarks/gpu_check.sh); by default
+they run on the CPU, where each asserts that its outputs stay on the inputs' device and that it
+reads the host no more often than it must (the pattern of tests/test_objectives_device.py)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from contextlib import contextmanager
+
+import torch
+
+DEVICE = torch.device(os.environ.get("MAE_TEST_DEVICE", "cpu"))
+# Every way a tensor's value reaches the host (each one is a sync on a GPU).
+HOST_READS = ("cpu", "item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__")
+
+
+class HostReads:
+    """Counts the host reads of tensors, patched on ``torch.Tensor`` with ``monkeypatch``:
+    ``calls`` holds (method, device type) in order."""
+
+    def __init__(self, monkeypatch):
+        self.calls: list[tuple[str, str]] = []
+        for name in HOST_READS:
+            monkeypatch.setattr(torch.Tensor, name, self._wrap(name, getattr(torch.Tensor, name)))
+
+    def _wrap(self, name, original):
+        def read(tensor, *args, **kwargs):
+            self.calls.append((name, tensor.device.type))
+            return original(tensor, *args, **kwargs)
+        return read
+
+
+@contextmanager
+def cuda_syncs():
+    """On CUDA, the synchronisations made in the block (CUDA's sync debug mode) as a list of
+    messages, filled when the block ends; elsewhere an empty list."""
+    found: list[str] = []
+    if DEVICE.type != "cuda":
+        yield found
+        return
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield found
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    found.extend(str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message))
