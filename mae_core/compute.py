@@ -71,7 +71,7 @@ def representative_batch(config: Config, data, device: torch.device) -> tuple[to
                                  config.mask_sampling, config.grid)
         return clean, visible.to(device)
     if config.objective == "dae":
-        return corrupt(clean.cpu(), config.resolved_corruption, config.corruption_level, generator).to(device), None
+        return corrupt(clean, config.resolved_corruption, config.corruption_level, generator), None
     return clean, None
 
 

@@ -385,12 +385,14 @@ class Config(BaseModel):
                              "patches, where the strict T_norm is undefined; use target=norm_eps")
         if self.mask_token_in_encoder and self.objective != "mae":
             raise ValueError("mask_token_in_encoder applies only to objective=mae")
-        # Both draw from the sampler between host-side steps that depend on the batch (the
-        # corruption of the images; crop matrices built on the host), so nothing can be drawn ahead.
+        # The capturable loop draws I_t and V_t ahead into fixed buffers; the corruption and the
+        # crops are drawn per update (the crops from the host sampler), and are not drawn ahead.
         if self.capturable and self.objective == "dae":
-            raise ValueError("capturable=true needs objective=mae or ae: objective=dae corrupts each batch on the host")
+            raise ValueError("capturable=true needs objective=mae or ae: objective=dae draws its corruption "
+                             "per update, not ahead")
         if self.capturable and self.augment != "none":
-            raise ValueError(f"capturable=true needs augment=none: augment={self.augment} builds its crops on the host")
+            raise ValueError(f"capturable=true needs augment=none: augment={self.augment} draws its crops "
+                             "on the host per update")
         blocks = self.eval.finetune_blocks
         if isinstance(blocks, int) and blocks > self.encoder_depth:
             raise ValueError(f"eval.finetune_blocks={blocks} must lie in [0, {self.encoder_depth}] "

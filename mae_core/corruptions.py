@@ -16,29 +16,62 @@ weighted sum.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from .devices import to_device
+
 CORRUPTIONS = ("none", "gaussian", "masking", "salt_pepper")
+
+
+def _draw(sample: Callable[..., torch.Tensor], x: torch.Tensor, generator: torch.Generator | None,
+          dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``sample`` (``torch.randn`` or ``torch.rand``) of ``x``'s shape, drawn on the generator's
+    device (``x``'s without one) and put on ``x``'s: a generator on the device draws there with
+    no host sync; a host generator's draw crosses once, so its numbers do not depend on ``x``'s device."""
+    device = x.device if generator is None else generator.device
+    return to_device(sample(x.shape, generator=generator, dtype=dtype, device=device), x.device)
+
+
+def no_corruption(x: torch.Tensor, level: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``X̃ = X``, still a new tensor: a caller may edit X̃ without touching the clean X."""
+    return x.clone()
+
+
+def gaussian(x: torch.Tensor, level: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``x + level·ε``, ``ε ~ N(0, 1)`` elementwise."""
+    return x + level * _draw(torch.randn, x, generator, x.dtype)
+
+
+def masking(x: torch.Tensor, level: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """A fraction ``level`` of the values set to 0."""
+    return x.masked_fill(_draw(torch.rand, x, generator) < level, 0.0)
+
+
+def salt_pepper(x: torch.Tensor, level: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """A fraction ``level`` of the values set to 0 or 1, each with probability ½."""
+    hit = _draw(torch.rand, x, generator) < level
+    salt = _draw(torch.rand, x, generator) < 0.5
+    return torch.where(hit, salt.to(x.dtype), x)
+
+
+# kind -> fn(x [B,M,q] (any shape), level, generator) -> X̃ of x's shape, on x's device
+CORRUPTION_KINDS: dict[str, Callable[..., torch.Tensor]] = {
+    "none": no_corruption, "gaussian": gaussian, "masking": masking, "salt_pepper": salt_pepper}
 
 
 def corrupt(
     x: torch.Tensor, kind: str, level: float, generator: torch.Generator | None = None
 ) -> torch.Tensor:
-    """One draw of ``X̃`` for each element of ``x`` (any shape; returns a new tensor)."""
-    if kind == "none":
-        return x.clone()  # still a new tensor: a caller may edit X̃ without touching the clean X
-    if kind == "gaussian":
-        noise = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
-        return x + level * noise
-    hit = torch.rand(x.shape, generator=generator, device=x.device) < level
-    if kind == "masking":
-        return x.masked_fill(hit, 0.0)
-    if kind == "salt_pepper":
-        salt = torch.rand(x.shape, generator=generator, device=x.device) < 0.5
-        return torch.where(hit, salt.to(x.dtype), x)
-    raise ValueError(f"corruption={kind!r} is not one of {', '.join(CORRUPTIONS)}")
+    """One draw of ``X̃`` for each element of ``x`` (any shape, any device; returns a new tensor
+    on ``x``'s device). The noise is drawn where ``generator`` lives (issue 26: a generator on
+    the trial's device draws with no host sync; a CPU generator gives the same numbers whatever
+    device ``x`` is on)."""
+    if kind not in CORRUPTION_KINDS:
+        raise ValueError(f"corruption={kind!r} is not one of {', '.join(CORRUPTIONS)}")
+    return CORRUPTION_KINDS[kind](x, level, generator)
 
 
 @dataclass(frozen=True)

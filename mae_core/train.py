@@ -12,8 +12,9 @@ For ``t = 0, ..., J-1`` (spec, "perform the following steps"):
 The spec requires a finite gradient at every iterate: a non-finite loss or gradient stops the
 run with :class:`NonFiniteError` naming the step. The AE and DAE objectives use the same loop
 with the full-image loss (``R_rec``; ``R_den`` with a fresh corruption each step, Vincent et
-al. eq. 5). Checkpoints hold model, optimiser, sampler RNG and step, are written atomically,
-and resuming from one reproduces the uninterrupted run exactly on the CPU.
+al. eq. 5). Checkpoints hold model, optimiser, sampler RNG (and the DAE's noise generator, see
+:func:`noise_generator`) and step, are written atomically, and resuming from one reproduces the
+uninterrupted run exactly on the CPU.
 
 ``capturable`` runs the same updates with nothing read from the host (step size and step count
 on the device, I_t and V_t drawn ahead in the same order), so that on CUDA ``cuda_graph`` can
@@ -283,12 +284,26 @@ class LoopState:
     resumed: bool = False
 
 
+def noise_generator(config: Config, device: torch.device, sampler: torch.Generator) -> torch.Generator:
+    """Where the DAE's corruption X̃ is drawn: on the CPU from the run's sampler (after I_t, as
+    before issue 26: every CPU number unchanged), on any other device from a generator of its own
+    there, seeded ``config.seed + 2`` (the sampler is ``seed + 1``), so the noise is drawn beside
+    the images with no host sync. That generator's state is checkpointed (``noise``), so a resumed
+    run draws the noise the uninterrupted one would have."""
+    if config.objective != "dae" or device.type == "cpu":
+        return sampler
+    return torch.Generator(device).manual_seed(config.seed + 2)
+
+
 def restore_loop(checkpoint_path: Path | None, config: Config, model: nn.Module,
                  optimizer: torch.optim.Optimizer, sampler: torch.Generator,
-                 scaler) -> tuple[LoopState, list[str]]:
+                 scaler, noise: torch.Generator | None = None) -> tuple[LoopState, list[str]]:
     """Load the newest readable checkpoint under ``checkpoint_path`` into the model, optimizer,
-    sampler and scaler, and say where the loop resumes (a fresh LoopState when there is none).
-    Refuses, with CheckpointError, a checkpoint written with another config."""
+    sampler, scaler and the DAE's ``noise`` generator (when it is not the sampler), and say where
+    the loop resumes (a fresh LoopState when there is none). Refuses, with CheckpointError, a
+    checkpoint written with another config. A checkpoint without the noise generator's state
+    (written on the CPU, or before issue 26) resumes with that generator seeded afresh from the
+    step, said in the warnings: the run goes on, but not bitwise as an uninterrupted one."""
     state, warnings = load_latest_checkpoint(checkpoint_path) if checkpoint_path else (None, [])
     if state is None:
         return LoopState(), warnings
@@ -299,6 +314,14 @@ def restore_loop(checkpoint_path: Path | None, config: Config, model: nn.Module,
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     sampler.set_state(state["sampler"])
+    if noise is not None and noise is not sampler:
+        if "noise" in state:
+            noise.set_state(state["noise"])
+        else:
+            noise.manual_seed(config.seed + 2 + int(state["step"]))
+            warnings = [*warnings, f"checkpoint {checkpoint_path} holds no state of the DAE's noise generator "
+                        f"on {noise.device.type} (written on the CPU or before issue 26): its noise after step "
+                        f"{int(state['step'])} is drawn afresh, so this run is not bitwise an uninterrupted one"]
     if "scaler" in state:
         scaler.load_state_dict(state["scaler"])
     return LoopState(step=int(state["step"]),
@@ -331,7 +354,7 @@ def graph_blocker(config: Config, device: torch.device, images_in_memory: bool =
     variants captured are the ones issue 26 asks for: objective mae | ae, mask_sampling random |
     grid, precision fp32 | bf16, with AdamW, no augmentation and the images in memory."""
     if config.objective == "dae":
-        return "objective=dae corrupts each batch on the host"
+        return "objective=dae draws its corruption per update, not ahead into fixed buffers"
     if config.mask_sampling == "block":
         return "mask_sampling=block is not captured (random and grid are)"
     if resolve_precision(config.precision, device) == "fp16":
@@ -339,7 +362,7 @@ def graph_blocker(config: Config, device: torch.device, images_in_memory: bool =
     if config.optimizer != "adamw":
         return f"optimizer={config.optimizer}: torch's foreach SGD reads a tensor step size on the host"
     if config.augment != "none":
-        return f"augment={config.augment} builds its crops on the host"
+        return f"augment={config.augment} draws its crops on the host per update"
     if not images_in_memory:
         return "the training images are read from disk batch by batch"
     if device.type != "cuda":
@@ -365,8 +388,9 @@ def update_plan(config: Config, device: torch.device, images_in_memory: bool = T
 @dataclass
 class UpdateParts:
     """What an update reads and writes: the model (``forward`` is it or its compiled form), the
-    optimiser and scaler, the device images, the sampler of I_t, V_t and corruptions, the
-    forward pass's autocast, the loss summed since the last record and the divergence watch."""
+    optimiser and scaler, the device images, the sampler of I_t, V_t (and crops), the generator of
+    the DAE's corruption (:func:`noise_generator`: the sampler on the CPU), the forward pass's
+    autocast, the loss summed since the last record and the divergence watch."""
 
     config: Config
     model: nn.Module
@@ -381,6 +405,7 @@ class UpdateParts:
     watch: DivergenceWatch
     lr_at: Callable[[int], float]
     shard: Shard = Shard()  # this rank's slice of each global batch (mae_core.distributed)
+    noise: torch.Generator | None = None  # the DAE's corruption; None: the sampler
 
     def loss(self, clean: torch.Tensor, visible: torch.Tensor | None, x: torch.Tensor | None = None) -> torch.Tensor:
         """``L_t``: the mean of ℓ_MAE at ``visible`` (MAE) or of the reconstruction error of the
@@ -435,9 +460,9 @@ class EagerUpdate:
             visible = sample_visible(config.batch_size, config.num_patches, config.num_visible, p.sampler,
                                      config.mask_sampling, config.grid)[rows]  # V_t
             visible = visible.to(clean.device, non_blocking=True)
-        elif config.objective == "dae":  # the corruption draws from the same CPU sampler
-            x = corrupt(clean.cpu(), config.resolved_corruption, config.corruption_level,
-                        p.sampler).to(clean.device, non_blocking=True)[rows]
+        elif config.objective == "dae":  # X̃ drawn beside the images (on the CPU: from the sampler)
+            x = corrupt(clean, config.resolved_corruption, config.corruption_level,
+                        p.sampler if p.noise is None else p.noise)[rows]
         p.step(t, p.loss(clean[rows] if whole else clean, visible, x))
 
     def sampler_state(self, done: int) -> torch.Tensor:
@@ -602,8 +627,9 @@ def train(
     model = build_model(config).to(device)
     optimizer = build_optimizer(model, config, capturable=plan.capturable)
     scaler = grad_scaler(config.precision, device)  # a no-op unless precision=fp16
-    sampler = torch.Generator().manual_seed(config.seed + 1)  # draws I_t, V_t and corruptions
-    loop, warnings = restore_loop(checkpoint_path, config, model, optimizer, sampler, scaler)
+    sampler = torch.Generator().manual_seed(config.seed + 1)  # draws I_t, V_t, crops (and X̃ on the CPU)
+    noise = noise_generator(config, device, sampler)
+    loop, warnings = restore_loop(checkpoint_path, config, model, optimizer, sampler, scaler, noise)
     history, since_log = loop.history, loop.since_log
 
     # The pretraining images as stored (uint8: a quarter of float32) live on the device when
@@ -625,7 +651,7 @@ def train(
         # the loss is always fp32; a captured forward pass needs autocast without its weight cache
         autocast=autocast(config.precision, device, cache_enabled=not plan.capturable),
         running=torch.tensor(loop.running_sum, dtype=torch.float64, device=device),
-        watch=DivergenceWatch(device), lr_at=lr_at, shard=shard)
+        watch=DivergenceWatch(device), lr_at=lr_at, shard=shard, noise=noise)
     update = (CapturableUpdate(parts, start=loop.step, graph=plan.graph) if plan.capturable
               else EagerUpdate(parts, value_range=(0.0, 1.0) if data.pretraining.table is not None else None))
     running, watch = parts.running, parts.watch
@@ -656,6 +682,7 @@ def train(
                 "running_sum": float(running), "since_log": since_log,
                 "config": config.resolved(), "extra": checkpoint_extra or {},
                 "scaler": scaler.state_dict(),
+                **({"noise": noise.get_state()} if noise is not sampler else {}),
             })
         if checkpoint_due:
             shard.barrier()  # the file every rank resumes from is written

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from conftest import tiny_config
+from device_checks import DEVICE, HostReads, cuda_syncs
 from mae_core import build_model, corrupt, empirical_den_risk, finite_corruption_law, prepare_data
 
 KINDS = ["gaussian", "masking", "salt_pepper"]
@@ -94,3 +95,38 @@ def test_empirical_den_risk_is_the_weighted_sum_by_loops():
                 expected += float(law.weights[i, c]) * sq / (m * q)
     expected /= n
     assert empirical_den_risk(model, clean, law) == pytest.approx(expected, rel=1e-5)
+
+
+# ----------------------------------------------------------------- on the device (issue 26)
+
+
+@pytest.mark.parametrize("kind", ["none", *KINDS])
+def test_corrupt_draws_on_its_generators_device_and_reads_nothing_back(kind, monkeypatch):
+    """A generator on the images' device: X̃ stays there, with no host read (no sync per step)."""
+    x = _images().to(DEVICE)
+    generator = torch.Generator(DEVICE).manual_seed(0)
+    reads = HostReads(monkeypatch)
+    with cuda_syncs() as syncs:
+        noisy = corrupt(x, kind, 0.3, generator)
+    assert noisy.device == x.device and noisy.shape == x.shape and noisy.dtype == x.dtype
+    assert reads.calls == [] and syncs == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_host_generator_gives_the_same_corruption_on_any_device(kind):
+    """corrupt() used to raise on CUDA images with a CPU generator; now the draw crosses once."""
+    x = _images()
+    expected = corrupt(x, kind, 0.3, torch.Generator().manual_seed(0))
+    got = corrupt(x.to(DEVICE), kind, 0.3, torch.Generator().manual_seed(0))
+    assert got.device == x.to(DEVICE).device
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_each_kind_is_a_function_of_patches_level_and_generator():
+    from mae_core.corruptions import CORRUPTION_KINDS, CORRUPTIONS
+
+    assert tuple(CORRUPTION_KINDS) == CORRUPTIONS
+    patches = torch.rand(2, 4, 16, generator=torch.Generator().manual_seed(1))  # [B,M,q]
+    for kind, fn in CORRUPTION_KINDS.items():
+        assert torch.equal(fn(patches, 0.3, torch.Generator().manual_seed(0)),
+                           corrupt(patches, kind, 0.3, torch.Generator().manual_seed(0))), kind

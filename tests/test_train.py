@@ -1,11 +1,13 @@
 """The training procedure: sample (I_t, V_t), ℓ_MAE, gradient, update U_t; schedule; checkpoints."""
 
+import importlib
 import math
 
 import pytest
 import torch
 
 from conftest import tiny_config
+from device_checks import DEVICE
 from mae_core import (
     NonFiniteError,
     NormDomainError,
@@ -19,6 +21,8 @@ from mae_core import (
     train,
 )
 from mae_core.train import load_latest_checkpoint, learning_rate
+
+train_module = importlib.import_module("mae_core.train")  # the module: mae_core.train is the function
 
 
 # ------------------------------------------------------------------------------ schedule
@@ -180,6 +184,48 @@ def test_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path, overrides
     for key in a:
         assert torch.equal(a[key], c[key]), key
     assert resumed.history == uninterrupted.history
+
+
+def _own_noise_generator(config, device, sampler):
+    """What a GPU run does (:func:`mae_core.train.noise_generator`), on the CPU: the DAE's noise
+    from a generator of its own rather than the sampler."""
+    return torch.Generator(device).manual_seed(config.seed + 2)
+
+
+def test_a_dae_noise_generator_of_its_own_is_checkpointed_and_resumes_bitwise(tmp_path, monkeypatch):
+    """Issue 26: off the CPU the corruption is drawn from a generator on the device; its state
+    travels in the checkpoint, so the resumed run is the uninterrupted one bitwise. A checkpoint
+    without it (written before issue 26, or on the CPU) still resumes, saying it is not bitwise."""
+    monkeypatch.setattr(train_module, "noise_generator", _own_noise_generator)
+    config = tiny_config(objective="dae", steps=20, checkpoint_every=10, log_every=3)
+    data = prepare_data(config)
+    uninterrupted = train(config, data)
+    path = tmp_path / "ckpt.pt"
+    with pytest.raises(_Stop):
+        train(config, data, checkpoint_path=path, on_checkpoint=_stop_at(10))
+    halfway = torch.load(path, weights_only=True)
+    assert "noise" in halfway  # the generator of its own is checkpointed
+    resumed = train(config, data, checkpoint_path=path)
+    assert resumed.resumed_from == 10 and resumed.warnings == []
+    assert resumed.history == uninterrupted.history
+    for key, value in uninterrupted.model.state_dict().items():
+        assert torch.equal(resumed.model.state_dict()[key], value), key
+
+    del halfway["noise"]  # a checkpoint from before the noise generator
+    torch.save(halfway, path)
+    old = train(config, data, checkpoint_path=path)
+    assert old.resumed_from == 10 and len(old.warnings) == 1
+    assert "noise generator" in old.warnings[0] and "not bitwise" in old.warnings[0]
+    assert old.history[:3] == uninterrupted.history[:3]  # the records before step 10 are the checkpoint's
+
+
+def test_the_dae_noise_is_drawn_on_the_trials_device_from_its_own_generator():
+    sampler = torch.Generator().manual_seed(1)
+    assert train_module.noise_generator(tiny_config(objective="dae"), torch.device("cpu"), sampler) is sampler
+    assert train_module.noise_generator(tiny_config(objective="mae"), DEVICE, sampler) is sampler
+    if DEVICE.type != "cpu":
+        noise = train_module.noise_generator(tiny_config(objective="dae"), DEVICE, sampler)
+        assert noise is not sampler and noise.device.type == DEVICE.type
 
 
 def test_checkpoint_loads_with_weights_only(tmp_path):
