@@ -9,6 +9,9 @@ epochs with 10 of linear warm-up, then cosine, no weight decay), the weight init
 scale the head is trained by plain SGD with momentum 0.9 on the same schedule, and its base step
 size is chosen on the validation split (``eval.bn_linear_lrs``), like the logistic regression's C.
 
+The head trains where ``device`` says (the trial's device): the features and labels are moved
+there once, every minibatch is indexed there, and each accuracy is one host read (issue 26).
+
 Shapes: ``N`` images, ``F`` feature width, ``K`` classes.
 """
 
@@ -23,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mae_core.config import EvalConfig
+from mae_core.devices import to_device
 from mae_core.train import learning_rate
 
 BN_EPS = 1e-6  # MAE's BatchNorm1d(eps=1e-6)
@@ -46,29 +50,50 @@ class BNLinearRecipe:
                    batch_size=settings.bn_linear_batch_size, weight_decay=settings.bn_linear_weight_decay)
 
 
-def bn_linear_head(features: int, classes: int, generator: torch.Generator | None = None) -> nn.Sequential:
+def bn_linear_head(features: int, classes: int, generator: torch.Generator | None = None,
+                   device: torch.device | str | None = None) -> nn.Sequential:
     """``[N,F] -> [N,K]``: ``BatchNorm1d(F, affine=False)`` then ``Linear(F, K)`` (weight
-    truncated-normal with std 0.01, bias 0, as MAE's head)."""
-    linear = nn.Linear(features, classes)
-    nn.init.trunc_normal_(linear.weight, std=INIT_STD, generator=generator)
-    nn.init.zeros_(linear.bias)
-    return nn.Sequential(nn.BatchNorm1d(features, affine=False, eps=BN_EPS), linear)
+    truncated-normal with std 0.01, bias 0, as MAE's head), on ``device`` (default the CPU).
+    The weight is drawn on the host from ``generator`` (a CPU generator) and copied once, so a
+    seed gives the same head on every device."""
+    if device is None or torch.device(device).type == "cpu":
+        linear = nn.Linear(features, classes)
+        nn.init.trunc_normal_(linear.weight, std=INIT_STD, generator=generator)
+        nn.init.zeros_(linear.bias)
+        return nn.Sequential(nn.BatchNorm1d(features, affine=False, eps=BN_EPS), linear)
+    host = bn_linear_head(features, classes, generator)
+    head = nn.Sequential(nn.BatchNorm1d(features, affine=False, eps=BN_EPS, device=device),
+                         nn.Linear(features, classes, device=device))
+    with torch.no_grad():
+        head[1].weight.copy_(to_device(host[1].weight.detach(), torch.device(device)))
+        head[1].bias.zero_()
+    return head
 
 
-def train_bn_linear(train_x: np.ndarray, train_y: np.ndarray, *, lr: float, seed: int,
-                    recipe: BNLinearRecipe = BNLinearRecipe(), num_classes: int | None = None) -> nn.Sequential:
-    """The head fitted to features ``[N,F]`` (N ≥ 2) and labels ``[N]``, in eval mode.
+def _on(values: np.ndarray | torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``values`` as a ``dtype`` tensor on ``device`` (a host array crosses once, not blocking)."""
+    return to_device(torch.as_tensor(values, dtype=dtype), device)
+
+
+def train_bn_linear(train_x: np.ndarray | torch.Tensor, train_y: np.ndarray | torch.Tensor, *, lr: float,
+                    seed: int, recipe: BNLinearRecipe = BNLinearRecipe(), num_classes: int | None = None,
+                    device: torch.device | str | None = None) -> nn.Sequential:
+    """The head fitted to features ``[N,F]`` (N ≥ 2) and labels ``[N]``, in eval mode, on
+    ``device`` (default: where ``train_x`` is).
 
     Minibatches of ``min(batch_size, N)`` images drawn without replacement each epoch (the
     remainder dropped, as MAE's loader does: BatchNorm never sees a batch of one); step size
-    ``lr·batch/256`` after a linear warm-up of ``warmup_epochs``, cosine to 0 at the end.
+    ``lr·batch/256`` after a linear warm-up of ``warmup_epochs``, cosine to 0 at the end. The
+    order is drawn on the host from the seed (the same batches on every device) and crosses
+    once per epoch; nothing is read back while the head trains.
     """
-    x = torch.as_tensor(train_x, dtype=torch.float32)
-    y = torch.as_tensor(train_y, dtype=torch.long)
+    device = torch.device(device) if device is not None else torch.as_tensor(train_x[:0]).device
+    x, y = _on(train_x, torch.float32, device), _on(train_y, torch.long, device)
     if len(x) < 2:
         raise ValueError(f"the bn_linear head needs at least 2 training images for BatchNorm, got {len(x)}")
     generator = torch.Generator().manual_seed(seed)
-    head = bn_linear_head(x.shape[1], int(y.max()) + 1 if num_classes is None else num_classes, generator)
+    classes = int(y.max()) + 1 if num_classes is None else num_classes  # a host read only without num_classes
+    head = bn_linear_head(x.shape[1], classes, generator, device)
     linear = head[1]
     # Weight decay on the linear weight only (MAE decays no bias; BatchNorm here has no parameters).
     optimizer = torch.optim.SGD([{"params": [linear.weight], "weight_decay": recipe.weight_decay},
@@ -80,7 +105,7 @@ def train_bn_linear(train_x: np.ndarray, train_y: np.ndarray, *, lr: float, seed
     head.train()
     step = 0
     for _ in range(recipe.epochs):
-        order = torch.randperm(len(x), generator=generator)
+        order = to_device(torch.randperm(len(x), generator=generator), device)
         for i in range(per_epoch):
             index = order[i * batch:(i + 1) * batch]
             for group in optimizer.param_groups:
@@ -93,24 +118,31 @@ def train_bn_linear(train_x: np.ndarray, train_y: np.ndarray, *, lr: float, seed
     return head.eval()
 
 
-def _score(head: nn.Module, test_x: np.ndarray, test_y: np.ndarray) -> float:
+def _score(head: nn.Module, test_x: torch.Tensor, test_y: torch.Tensor) -> float:
+    """Accuracy of ``head`` on device features and labels: one host read."""
     with torch.inference_mode():
-        predicted = head(torch.as_tensor(test_x, dtype=torch.float32)).argmax(1).numpy()
-    return float(np.mean(predicted == np.asarray(test_y)))
+        correct = (head(test_x).argmax(1) == test_y).sum()
+    return float(correct) / len(test_y)
 
 
 def bn_linear_path(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
-                   lrs: Sequence[float], *, seed: int, recipe: BNLinearRecipe = BNLinearRecipe()) -> list[float]:
-    """Test accuracy of the head trained at each base step size of ``lrs`` (same seed: same
-    initialisation and batches); a single-class training split gives the constant rule."""
+                   lrs: Sequence[float], *, seed: int, recipe: BNLinearRecipe = BNLinearRecipe(),
+                   device: torch.device | str | None = None) -> list[float]:
+    """Test accuracy of the head trained on ``device`` (default the CPU) at each base step size
+    of ``lrs`` (same seed: same initialisation and batches); a single-class training split gives
+    the constant rule. The features and labels cross to the device once for every fit."""
     if np.unique(train_y).size < 2:  # nothing to separate, as the logistic probe
         return [float(np.mean(test_y == train_y[0]))] * len(lrs)
     classes = int(max(np.max(train_y), np.max(test_y))) + 1
+    device = torch.device("cpu") if device is None else torch.device(device)
+    train_x, train_y = _on(train_x, torch.float32, device), _on(train_y, torch.long, device)
+    test_x, test_y = _on(test_x, torch.float32, device), _on(test_y, torch.long, device)
     return [_score(train_bn_linear(train_x, train_y, lr=lr, seed=seed, recipe=recipe, num_classes=classes),
                    test_x, test_y) for lr in lrs]
 
 
 def bn_linear_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
-                       lr: float = 0.1, *, seed: int = 0, recipe: BNLinearRecipe = BNLinearRecipe()) -> float:
-    """MAE's linear probe on features ``[N,F]``: test accuracy in [0,1]."""
-    return bn_linear_path(train_x, train_y, test_x, test_y, (lr,), seed=seed, recipe=recipe)[0]
+                       lr: float = 0.1, *, seed: int = 0, recipe: BNLinearRecipe = BNLinearRecipe(),
+                       device: torch.device | str | None = None) -> float:
+    """MAE's linear probe on features ``[N,F]``: test accuracy in [0,1] (trained on ``device``)."""
+    return bn_linear_path(train_x, train_y, test_x, test_y, (lr,), seed=seed, recipe=recipe, device=device)[0]

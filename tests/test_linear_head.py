@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from device_checks import DEVICE, HostReads, cuda_syncs
+import evaluation.linear_head as linear_head
 from evaluation.linear_head import BNLinearRecipe, bn_linear_accuracy, bn_linear_head, bn_linear_path, train_bn_linear
 from evaluation.probes import choose_bn_linear_lr
 from mae_core import Config
@@ -75,3 +77,31 @@ def test_the_recipe_reads_the_typed_keys():
     assert BNLinearRecipe.of(settings) == BNLinearRecipe(epochs=20, warmup_epochs=2, batch_size=32, weight_decay=0.0)
     assert settings.bn_linear_lrs == (0.1, 1.0)
     assert BNLinearRecipe() == BNLinearRecipe.of(Config().eval)  # MAE's 90 epochs, 10 of warm-up
+
+
+# ----------------------------------------------------------------- on the device (issue 26)
+
+
+def test_the_head_trains_on_the_device_and_reads_the_host_once_per_result(monkeypatch):
+    train_x, train_y = _blobs(200, 3.0, seed=0)
+    test_x, test_y = _blobs(100, 3.0, seed=1)
+    recipe = BNLinearRecipe(epochs=3, warmup_epochs=1, batch_size=32)
+    on_cpu = bn_linear_path(train_x, train_y, test_x, test_y, (0.01, 0.5), seed=0, recipe=recipe)
+    reads = HostReads(monkeypatch)
+    reads.ignore(linear_head, "bn_linear_head")  # drawn on the host from the seed, copied once
+    with cuda_syncs() as syncs:
+        scores = bn_linear_path(train_x, train_y, test_x, test_y, (0.01, 0.5), seed=0, recipe=recipe, device=DEVICE)
+    assert reads.calls == [("__float__", DEVICE.type)] * 2, reads.calls  # one accuracy, one read
+    assert DEVICE.type != "cuda" or len(syncs) == 2, syncs
+    assert scores == pytest.approx(on_cpu, abs=0.02)  # the same seeded head and batches on every device
+    head = train_bn_linear(torch.from_numpy(train_x).to(DEVICE), torch.from_numpy(train_y).to(DEVICE),
+                           lr=0.1, seed=0, recipe=recipe, num_classes=2)
+    assert all(t.device.type == DEVICE.type for t in [*head.parameters(), *head.buffers()])
+
+
+def test_the_head_drawn_for_a_device_is_the_host_head():
+    host = bn_linear_head(12, 5, torch.Generator().manual_seed(0))
+    there = bn_linear_head(12, 5, torch.Generator().manual_seed(0), device=DEVICE)
+    assert there[1].weight.device.type == DEVICE.type
+    assert torch.equal(there[1].weight.detach().cpu(), host[1].weight.detach())
+    assert not there[1].bias.detach().any()
