@@ -28,6 +28,10 @@ seeded by the trial's seed): fit on the training split minus the validation spli
 the validation split, ties to the first (smallest) candidate. The chosen setting is then
 refitted on the whole training split (training + validation) and the test split is scored once, at the end.
 Pretraining itself reads no labels, and uses the whole training split.
+
+Where it runs (issue 26): features, fine-tuning and the bn_linear head run on the model's device;
+a split's patches and labels cross to it once (not blocking the host), every minibatch is
+indexed there, and each result is one host read (the features scikit-learn fits on, an accuracy).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from threadpoolctl import threadpool_limits
 from torch import nn
 
 from mae_core.config import Config, EvalConfig
+from mae_core.devices import to_device
 from mae_core.models import build_model
 from mae_core.train import PatchData
 
@@ -191,10 +196,13 @@ def choose_fewshot_c(fit_x: np.ndarray, fit_y: np.ndarray, val_x: np.ndarray, va
 
 
 def choose_bn_linear_lr(fit_x: np.ndarray, fit_y: np.ndarray, val_x: np.ndarray, val_y: np.ndarray,
-                        grid: Sequence[float], *, seed: int, recipe: BNLinearRecipe) -> float:
-    """The base step size of ``grid`` whose bn_linear head, trained on the fit part, scores best on validation."""
+                        grid: Sequence[float], *, seed: int, recipe: BNLinearRecipe,
+                        device: torch.device | None = None) -> float:
+    """The base step size of ``grid`` whose bn_linear head, trained on the fit part (on
+    ``device``), scores best on validation."""
     grid = sorted(grid)
-    return _first_best(grid, bn_linear_path(fit_x, fit_y, val_x, val_y, grid, seed=seed, recipe=recipe))
+    return _first_best(grid, bn_linear_path(fit_x, fit_y, val_x, val_y, grid, seed=seed, recipe=recipe,
+                                            device=device))
 
 
 def choose_knn_k(fit_x: np.ndarray, fit_y: np.ndarray, val_x: np.ndarray, val_y: np.ndarray,
@@ -206,20 +214,20 @@ def choose_knn_k(fit_x: np.ndarray, fit_y: np.ndarray, val_x: np.ndarray, val_y:
 
 def feature_probes(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
                    split: ValidationSplit, settings: EvalConfig, *, seed: int,
-                   prefix: str = "probe_") -> dict[str, float]:
+                   prefix: str = "probe_", device: torch.device | None = None) -> dict[str, float]:
     """Linear, few-shot and kNN accuracy on the test split of features ``[N,F]``, every setting
     chosen on ``split`` first (logged as ``<prefix>linear_c``, or ``<prefix>linear_lr`` for the
     bn_linear head, ``<prefix>fewshot_c``, ``<prefix>knn_k``), then refitted on the whole
-    training split."""
+    training split. The bn_linear head trains on ``device`` (default the CPU)."""
     fit, val = split.fit, split.val
     choice = (train_x[fit], train_y[fit], train_x[val], train_y[val])
     if settings.linear_head == "bn_linear":
         recipe = BNLinearRecipe.of(settings)
-        lr = choose_bn_linear_lr(*choice, settings.bn_linear_lrs, seed=seed, recipe=recipe)
+        lr = choose_bn_linear_lr(*choice, settings.bn_linear_lrs, seed=seed, recipe=recipe, device=device)
         linear_chosen = {f"{prefix}linear_lr": float(lr)}
 
         def linear_test() -> float:
-            return bn_linear_accuracy(train_x, train_y, test_x, test_y, lr, seed=seed, recipe=recipe)
+            return bn_linear_accuracy(train_x, train_y, test_x, test_y, lr, seed=seed, recipe=recipe, device=device)
     else:
         c = choose_linear_c(*choice, settings.linear_cs)
         linear_chosen = {f"{prefix}linear_c": float(c)}
@@ -261,17 +269,18 @@ def extract_features(model: nn.Module, patches: torch.Tensor, batch_size: int = 
                      pool: str = "auto", blocks: int | None = None) -> np.ndarray:
     """``patches [N,M,q] -> float32 [N,F]`` on the CPU, in batches, without gradients; ``pool``
     (``eval.features``) picks mean-pooled tokens, the class token or both (``auto``: the
-    model's own ``features``); ``blocks``: after the first b encoder blocks (``eval.probe_blocks``)."""
+    model's own ``features``); ``blocks``: after the first b encoder blocks (``eval.probe_blocks``).
+    The patches cross to the model's device once and the features come back once."""
     device = _device(model)
+    patches = to_device(patches, device)
     options = {**({"pool": pool} if pool != "auto" else {}), **({"blocks": blocks} if blocks is not None else {})}
 
     def features(x: torch.Tensor) -> torch.Tensor:
         return model.features(x, **options)
 
     with _eval_mode(model), torch.inference_mode():
-        parts = [features(patches[i:i + batch_size].to(device)).float().cpu()
-                 for i in range(0, len(patches), batch_size)]
-    return torch.cat(parts).numpy()
+        parts = [features(patches[i:i + batch_size]).float() for i in range(0, len(patches), batch_size)]
+    return torch.cat(parts).cpu().numpy()
 
 
 def pixel_features(patches: torch.Tensor) -> np.ndarray:
@@ -288,7 +297,7 @@ def frozen_probes(model: nn.Module, data: PatchData, split: ValidationSplit, set
     metrics = feature_probes(
         extract_features(model, data.train_patches, pool=pool, blocks=blocks), data.train_labels.numpy(),
         extract_features(model, data.test_patches, pool=pool, blocks=blocks), data.test_labels.numpy(),
-        split, settings, seed=seed, prefix=prefix)
+        split, settings, seed=seed, prefix=prefix, device=_device(model))
     return metrics if blocks is None else {block_metric_name(k, blocks): v for k, v in metrics.items()}
 
 
@@ -383,13 +392,16 @@ def _per_class(labels: np.ndarray, shots: int, rng: np.random.Generator) -> np.n
 
 
 def _accuracy(classifier: nn.Module, patches: torch.Tensor, labels: torch.Tensor) -> float:
+    """Accuracy on ``patches [N,M,q]``, ``labels [N]`` (moved to the classifier's device once,
+    a no-op when already there): counted there, one host read."""
     device = _device(classifier)
-    correct = 0
+    patches, labels = to_device(patches, device), to_device(labels, device)
+    correct = torch.zeros((), dtype=torch.long, device=device)
     with _eval_mode(classifier), torch.inference_mode():
         for i in range(0, len(patches), FEATURE_BATCH):
-            logits = classifier(patches[i:i + FEATURE_BATCH].to(device))
-            correct += int((logits.argmax(1).cpu() == labels[i:i + FEATURE_BATCH]).sum())
-    return correct / len(patches)
+            logits = classifier(patches[i:i + FEATURE_BATCH])
+            correct += (logits.argmax(1) == labels[i:i + FEATURE_BATCH]).sum()
+    return int(correct) / len(patches)
 
 
 def _named(model: nn.Module, params: list[nn.Parameter]) -> list[tuple[str, nn.Parameter]]:
@@ -419,6 +431,9 @@ def _finetune_scores(model: nn.Module, data: PatchData, checkpoints: Sequence[in
     pool = (torch.from_numpy(fewshot_indices(data.train_labels.numpy(), shots, seed))
             if shots is not None else torch.arange(len(data.train_patches)))
     num_classes = int(data.train_labels.max()) + 1 if num_classes is None else num_classes
+    # the split crosses to the device once; each step sends only its B indices (drawn on the host)
+    patches, labels = to_device(data.train_patches, device), to_device(data.train_labels, device)
+    whole = to_device(pool, device)
     scores: list[float] = []
     with torch.random.fork_rng(devices=[]):  # the head's init and the batches are seeded here
         torch.manual_seed(seed)
@@ -429,8 +444,8 @@ def _finetune_scores(model: nn.Module, data: PatchData, checkpoints: Sequence[in
         for parameter in trainable:
             parameter.requires_grad_(True)
         with _eval_mode(body), torch.no_grad():
-            feature_dim = body.features(data.train_patches[:1].to(device)).shape[1]
-        classifier = _Classifier(body, feature_dim, num_classes, head).to(device)
+            feature_dim = body.features(patches[:1]).shape[1]
+        classifier = _Classifier(body, feature_dim, num_classes, head).to(device, non_blocking=True)  # the head: no host wait
         named = _named(body, trainable) + [(f"head.{n}", p) for n, p in classifier.head.named_parameters()]
         groups = layer_groups(named, _depth(body), layer_decay)
         if len(groups) == 1:  # one step size for every weight (layer decay off)
@@ -446,9 +461,10 @@ def _finetune_scores(model: nn.Module, data: PatchData, checkpoints: Sequence[in
                 rate = finetune_lr(step, peak=lr, total=total, warmup_fraction=warmup_fraction, schedule=schedule)
                 for param_group, group in zip(optimizer.param_groups, groups):
                     param_group["lr"] = rate * group.scale
-                index = pool if len(pool) <= batch_size else pool[torch.randint(len(pool), (batch_size,), generator=sampler)]
-                logits = classifier(data.train_patches[index].to(device))
-                loss = F.cross_entropy(logits, data.train_labels[index].to(device))
+                index = (whole if len(pool) <= batch_size else
+                         to_device(pool[torch.randint(len(pool), (batch_size,), generator=sampler)], device))
+                logits = classifier(patches[index])
+                loss = F.cross_entropy(logits, labels[index])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
@@ -491,9 +507,11 @@ def choose_finetune_steps(model: nn.Module, choice: PatchData, candidates: Seque
     the step size does not depend on the run's length; with warm-up or cosine, one run per
     candidate (each length has its own schedule)."""
     candidates = sorted(candidates)
+    device = _device(model)
+    val_patches, val_labels = to_device(choice.test_patches, device), to_device(choice.test_labels, device)  # once
     options = dict(seed=seed, shots=shots, lr=lr, batch_size=batch_size, num_classes=num_classes,
                    layer_decay=layer_decay, warmup_fraction=warmup_fraction, schedule=schedule, head=head,
-                   score=lambda classifier: _accuracy(classifier, choice.test_patches, choice.test_labels))
+                   score=lambda classifier: _accuracy(classifier, val_patches, val_labels))
     if depends_on_length(warmup_fraction, schedule):
         scores = [_finetune_scores(model, choice, (n,), **options)[0] for n in candidates]
     else:
@@ -535,7 +553,7 @@ def baseline_metrics(fresh: nn.Module, data: PatchData, split: ValidationSplit, 
     train_y, test_y = data.train_labels.numpy(), data.test_labels.numpy()
     metrics = frozen_probes(fresh, data, split, settings, seed=seed, prefix="random_probe_")
     metrics.update(feature_probes(pixel_features(data.train_patches), train_y, pixel_features(data.test_patches),
-                                  test_y, split, settings, seed=seed, prefix="pixel_probe_"))
+                                  test_y, split, settings, seed=seed, prefix="pixel_probe_", device=_device(fresh)))
     if settings.finetune_steps > 0:
         metrics["random_finetune_acc"] = finetune_accuracy(fresh, data, settings.finetune_steps, **options)
         accuracy, steps = tuned_finetune(fresh, data, split, settings, fixed_acc=metrics["random_finetune_acc"],

@@ -23,6 +23,7 @@ from evaluation.probes import (
     random_init_model,
     validation_split,
 )
+from device_checks import DEVICE, HostReads, cuda_syncs
 from mae_core import Config, ConfigError, build_model, prepare_data
 from mae_core.data import count_split_duplicates
 
@@ -491,3 +492,70 @@ def test_default_settings_reproduce_mains_metrics_bitwise(class_token, monkeypat
     added = {"finetune_best_acc", "finetune_best_steps"}  # issue 24: the tuned-length pretrained pair
     assert added <= set(new)
     assert {k: v for k, v in new.items() if k not in added} == old
+
+
+# ----------------------------------------------------------------- on the device (issue 26)
+
+
+def test_features_cross_to_the_device_once_and_come_back_once(tiny, monkeypatch):
+    model, _, data = tiny
+    on_cpu = extract_features(model, data.test_patches, batch_size=32)
+    model = random_init_model(Config(**TINY)).to(DEVICE)
+    model.load_state_dict(tiny[0].state_dict())
+    reads = HostReads(monkeypatch)
+    with cuda_syncs() as syncs:
+        features = extract_features(model, data.test_patches, batch_size=32)  # 4 batches, host patches
+    assert reads.calls == [("cpu", DEVICE.type), ("numpy", "cpu")], reads.calls
+    assert DEVICE.type != "cuda" or len(syncs) == 1, syncs
+    np.testing.assert_allclose(features, on_cpu, rtol=1e-4, atol=1e-5)
+
+
+def _reads_of_the_device(monkeypatch) -> HostReads:
+    """Host reads, less those of host tensors by design: AdamW's step counters (torch keeps them
+    on the host unless capturable) and the bn_linear head's seeded initialisation."""
+    reads = HostReads(monkeypatch)
+    reads.ignore(torch.optim.AdamW, "step")
+    reads.ignore(probes, "bn_linear_head")
+    return reads
+
+
+@pytest.mark.parametrize("head", ["linear", "bn_linear"])
+def test_finetuning_indexes_its_batches_on_the_device_and_reads_the_host_once(tiny, head, monkeypatch):
+    """Issue 26: fine-tuning copied every batch from the CPU; now the split crosses once and each
+    accuracy is one read (the count of correct predictions, kept on the device until then)."""
+    model, _, data = tiny
+    on_cpu = finetune_accuracy(model, data, 4, seed=0, num_classes=10, batch_size=16, head=head)
+    reads = _reads_of_the_device(monkeypatch)
+    moved = model.to(DEVICE) if DEVICE.type == "cpu" else __import__("copy").deepcopy(model).to(DEVICE)
+    with cuda_syncs() as syncs:
+        accuracy = finetune_accuracy(moved, data, 4, seed=0, num_classes=10, batch_size=16, head=head)
+    assert reads.calls == [("__int__", DEVICE.type)], reads.calls
+    assert DEVICE.type != "cuda" or len(syncs) == 1, syncs
+    assert accuracy == pytest.approx(on_cpu, abs=0.03)
+    assert next(moved.parameters()).device.type == DEVICE.type  # the model itself is untouched, where it was
+
+
+def test_choosing_the_finetuning_length_reads_once_per_candidate(tiny, monkeypatch):
+    model, config, data = tiny
+    choice = validation_split(data.train_labels.numpy(), 0.2, seed=0).choice_data(data)
+    fresh = random_init_model(config, DEVICE)
+    reads = _reads_of_the_device(monkeypatch)
+    choose_finetune_steps(fresh, choice, (2, 4), seed=0, num_classes=10, batch_size=16)
+    assert reads.calls == [("__int__", DEVICE.type)] * 2, reads.calls
+
+
+def test_frozen_probes_train_the_bn_linear_head_on_the_models_device(tiny, monkeypatch):
+    model, config, data = tiny
+    config = config.with_updates(**{"eval.linear_head": "bn_linear", "eval.bn_linear_epochs": 2, "eval.bn_linear_warmup_epochs": 1,
+                                    "eval.bn_linear_lrs": "0.1"})
+    split = validation_split(data.train_labels.numpy(), 0.2, seed=0)
+    seen = []
+    original = probes.bn_linear_path
+
+    def recorded(*args, device=None, **kwargs):
+        seen.append(torch.device(device).type)
+        return original(*args, device=device, **kwargs)
+
+    monkeypatch.setattr(probes, "bn_linear_path", recorded)
+    probes.frozen_probes(random_init_model(config, DEVICE), data, split, config.eval, seed=0)
+    assert seen == [DEVICE.type]  # the choice on validation; the refit goes through bn_linear_accuracy
