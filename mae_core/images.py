@@ -10,15 +10,23 @@ quotient).
 Where the bytes live: an :class:`ImageStore`'s source is an array in memory, a memory-mapped one
 (STL-10's binaries, an uncompressed npz member), or image files decoded on demand (a folder);
 ``rows`` selects a subset (a split, a limit) without copying anything.
+
+A store on disk feeds training through :class:`BatchPrefetcher`: the loop names the next batch
+while the current update runs, and one background thread reads its bytes (decoding files,
+paging a memmap) into a uint8 batch, pinned when CUDA is available, so the copy to the device
+does not block the host (issue 26: files were decoded one at a time in the training thread).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 import numpy as np
 import torch
+
+from .devices import pin_if_cuda, to_device
 
 # byte -> float32 value, exactly as ``uint8_array / np.float32(255)`` gives it (CIFAR, photos,
 # folders, uint8 npz); digits hold 0..16, scaled by 1/16 (exact in float32)
@@ -129,34 +137,103 @@ class ImageStore:
         return torch.from_numpy(out)
 
 
+class BatchPrefetcher:
+    """Stored batches of an on-disk :class:`ImageStore`, read one batch ahead by one background
+    thread. :meth:`prefetch` starts reading a batch; :meth:`read` returns the batch asked for,
+    the prefetched one when it is that batch (same indices in the same order), else read there
+    and then, so the images a run draws never depend on what was prefetched. An exception in the
+    thread is raised by the :meth:`read` that takes its batch. Batches are pinned when CUDA is
+    available (on a CPU-only machine pinning raises). :meth:`close` stops the thread; a closed
+    prefetcher still reads, in the caller's thread."""
+
+    def __init__(self, store: ImageStore):
+        self.store = store
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: tuple[torch.Tensor, Future] | None = None
+        self._closed = False
+
+    def _read(self, index: np.ndarray) -> torch.Tensor:
+        return pin_if_cuda(torch.from_numpy(self.store.stored(index)))  # [b, C, H, W] uint8 (or float32)
+
+    def prefetch(self, index: torch.Tensor) -> None:
+        """Start reading images ``index`` (int64 [b], on the CPU) in the background."""
+        if self._closed:
+            return
+        self._discard()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mae-prefetch")
+        index = index.clone()  # the caller may reuse its tensor
+        self._pending = (index, self._pool.submit(self._read, index.numpy()))
+
+    def read(self, index: torch.Tensor) -> torch.Tensor:
+        """The stored values of images ``index`` (int64 [b], on the CPU): [b, C, H, W]."""
+        pending, self._pending = self._pending, None
+        if pending is not None and pending[0].shape == index.shape and torch.equal(pending[0], index):
+            return pending[1].result()  # the thread's exception, if any, is raised here
+        if pending is not None:
+            self._pending = pending
+            self._discard()
+        return self._read(index.numpy())
+
+    def _discard(self) -> None:
+        """Drop a prefetched batch nobody asked for (its reading finishes; an error in it is moot)."""
+        if self._pending is not None:
+            self._pending[1].cancel()
+            self._pending = None
+
+    def close(self) -> None:
+        """Stop the background thread (waiting for a read in progress) and drop what it read."""
+        self._closed = True
+        self._discard()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
 class DeviceImages:
     """Float32 batches ``[B, C, H, W]`` on ``device`` from an :class:`ImageStore`.
 
     An in-memory store's source is copied to the device once, as stored (uint8: a quarter of
     its float size; on the CPU it is shared, not copied), with its table; each batch is then a
-    gather and a table lookup there. A store on disk
-    is read batch by batch on the CPU (memory-mapped pages or decoded files) and the float batch
-    is copied to the device.
+    gather and a table lookup there. A store on disk is read batch by batch on the CPU by a
+    :class:`BatchPrefetcher` (:meth:`prefetch` names the next batch), copied to the device as
+    stored and converted there through the same table: the same float32 values as before.
+    :meth:`close` stops the prefetching thread.
     """
 
     def __init__(self, store: ImageStore, device: torch.device):
         self.store, self.device = store, torch.device(device)
         self.values = self.table = self.rows = None
+        self.reader: BatchPrefetcher | None = None
         if store.in_memory:
             # the whole source, not a gathered copy of the rows: on the CPU this shares memory
             self.values = torch.from_numpy(np.ascontiguousarray(store.source)).to(self.device)
             if store.rows is not None:
                 self.rows = torch.from_numpy(store.rows).to(self.device)
-            if store.table is not None:
-                self.table = torch.from_numpy(store.table).to(self.device)
+        else:
+            self.reader = BatchPrefetcher(store)
+        if store.table is not None:
+            self.table = torch.from_numpy(store.table).to(self.device)
 
     def __len__(self) -> int:
         return len(self.store)
 
+    def prefetch(self, index: torch.Tensor) -> None:
+        """Start reading images ``index`` (int64 [B], on the CPU) in the background, when the
+        store is on disk (in memory there is nothing to read ahead)."""
+        if self.reader is not None:
+            self.reader.prefetch(index)
+
     def __call__(self, index: torch.Tensor) -> torch.Tensor:
         """Images ``index`` (int64 [B], on the CPU) -> float32 [B, C, H, W] on the device."""
         if self.values is None:
-            return self.store.floats(index.numpy()).to(self.device, non_blocking=True)
+            stored = to_device(self.reader.read(index), self.device)  # pinned already on CUDA: not blocking
+            return stored if self.table is None else self.table[stored.long()]
         index = index.to(self.device, non_blocking=True)
         picked = self.values[index if self.rows is None else self.rows[index]]
         return picked if self.table is None else self.table[picked.long()]
+
+    def close(self) -> None:
+        """Stop the background reader (nothing to do for an in-memory store)."""
+        if self.reader is not None:
+            self.reader.close()

@@ -463,7 +463,17 @@ class EagerUpdate:
         elif config.objective == "dae":  # X̃ drawn beside the images (on the CPU: from the sampler)
             x = corrupt(clean, config.resolved_corruption, config.corruption_level,
                         p.sampler if p.noise is None else p.noise)[rows]
+        if p.images.reader is not None and t + 1 < config.steps:  # images on disk: read I_{t+1} meanwhile
+            following = self.next_index(len(p.images), config.batch_size)
+            p.images.prefetch(following if whole else following[rows])
         p.step(t, p.loss(clean[rows] if whole else clean, visible, x))
+
+    def next_index(self, n: int, batch: int) -> torch.Tensor:
+        """I_{t+1} as update t+1 will draw it (every draw of update t is made), from a copy of
+        the sampler: the sampler itself is not advanced."""
+        peek = torch.Generator().manual_seed(0)
+        peek.set_state(self.parts.sampler.get_state())
+        return torch.randint(n, (batch,), generator=peek)
 
     def sampler_state(self, done: int) -> torch.Tensor:
         """The sampler's state after update ``done - 1`` (the last one run)."""
@@ -560,6 +570,8 @@ class CapturableUpdate:
             index = self.index.index_select(0, slot).view(-1)
         rows = p.shard.rows(p.config.batch_size) if p.shard.active else slice(None)  # this rank's images
         clean = patchify(p.images(index[rows]), p.patch_size)  # [B,M,q]
+        if p.images.reader is not None and t is not None and t + 1 < self.end:  # on disk: read I_{t+1} meanwhile
+            p.images.prefetch(self.host_index[t + 1 - self.first][rows])
         visible = None if self.visible is None else self.visible.index_select(0, slot)[0][rows]  # [B,k]
         p.step(self.step, p.loss(clean, visible))
         self.step += 1
@@ -657,40 +669,43 @@ def train(
     running, watch = parts.running, parts.watch
 
     model.train()
-    for t in range(loop.step, config.steps):
-        update(t)
-        since_log += 1
-        done = t + 1
-        log_due = is_due(done, config.log_every, config.steps)
-        checkpoint_due = checkpoint_path is not None and is_due(done, config.checkpoint_every, config.steps)
-        if log_due or checkpoint_due:
-            watch.check(lr_at)  # the one host sync: nothing non-finite is recorded or saved
-        if log_due:
-            history.append((done, float(running / since_log)))
-            if on_log is not None:
-                on_log(done, {"train_loss": history[-1][1]})
-            running.zero_()
-            since_log = 0
-        stop = should_stop is not None and shard.any(should_stop(), device)
-        if stop and checkpoint_path is not None and not checkpoint_due:
-            watch.check(lr_at)
-            checkpoint_due = True
-        if checkpoint_due and shard.rank == 0:
-            save_checkpoint(checkpoint_path, {
-                "step": done, "model": model.state_dict(), "optimizer": optimizer_state(optimizer),
-                "sampler": update.sampler_state(done), "history": history,
-                "running_sum": float(running), "since_log": since_log,
-                "config": config.resolved(), "extra": checkpoint_extra or {},
-                "scaler": scaler.state_dict(),
-                **({"noise": noise.get_state()} if noise is not sampler else {}),
-            })
-        if checkpoint_due:
-            shard.barrier()  # the file every rank resumes from is written
-            if on_checkpoint is not None and not stop:
-                on_checkpoint(done, checkpoint_path)
-        if stop:
-            raise TrainingInterrupted(done, checkpoint_path)
-        hold_for_tests(done, should_stop)
+    try:
+        for t in range(loop.step, config.steps):
+            update(t)
+            since_log += 1
+            done = t + 1
+            log_due = is_due(done, config.log_every, config.steps)
+            checkpoint_due = checkpoint_path is not None and is_due(done, config.checkpoint_every, config.steps)
+            if log_due or checkpoint_due:
+                watch.check(lr_at)  # the one host sync: nothing non-finite is recorded or saved
+            if log_due:
+                history.append((done, float(running / since_log)))
+                if on_log is not None:
+                    on_log(done, {"train_loss": history[-1][1]})
+                running.zero_()
+                since_log = 0
+            stop = should_stop is not None and shard.any(should_stop(), device)
+            if stop and checkpoint_path is not None and not checkpoint_due:
+                watch.check(lr_at)
+                checkpoint_due = True
+            if checkpoint_due and shard.rank == 0:
+                save_checkpoint(checkpoint_path, {
+                    "step": done, "model": model.state_dict(), "optimizer": optimizer_state(optimizer),
+                    "sampler": update.sampler_state(done), "history": history,
+                    "running_sum": float(running), "since_log": since_log,
+                    "config": config.resolved(), "extra": checkpoint_extra or {},
+                    "scaler": scaler.state_dict(),
+                    **({"noise": noise.get_state()} if noise is not sampler else {}),
+                })
+            if checkpoint_due:
+                shard.barrier()  # the file every rank resumes from is written
+                if on_checkpoint is not None and not stop:
+                    on_checkpoint(done, checkpoint_path)
+            if stop:
+                raise TrainingInterrupted(done, checkpoint_path)
+            hold_for_tests(done, should_stop)
+    finally:
+        parts.images.close()  # the prefetching thread (images on disk), on every way out
     model.eval()
     return TrainResult(model=model, steps=config.steps, history=history,
                        resumed_from=loop.step if loop.resumed else None, warnings=warnings,

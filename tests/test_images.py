@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+
 import numpy as np
 import pytest
 import torch
 
-from mae_core.images import BYTE_VALUES, SIXTEENTHS, DeviceImages, ImageStore
+from conftest import tiny_config
+from device_checks import DEVICE
+from mae_core import prepare_data, train
+from mae_core.images import BYTE_VALUES, SIXTEENTHS, BatchPrefetcher, DeviceImages, ImageStore
 
 
 def test_byte_tables_are_the_old_divisions_bitwise():
@@ -62,3 +68,84 @@ def test_in_memory_store_is_shared_with_the_cpu_device_not_copied():
     images, store = _store()
     batches = DeviceImages(store, torch.device("cpu"))
     assert batches.values.data_ptr() == images.ctypes.data
+
+
+# ------------------------------------------------------- read ahead in a background thread (issue 26)
+
+
+class _Recording:
+    """A source that records which thread read which rows (and can fail on chosen rows)."""
+
+    def __init__(self, images: np.ndarray, fail_on: int | None = None):
+        self.images, self.fail_on = images, fail_on
+        self.shape, self.dtype = images.shape, images.dtype
+        self.reads: list[tuple[str, list[int]]] = []
+
+    def __getitem__(self, rows):
+        self.reads.append((threading.current_thread().name, list(np.asarray(rows))))
+        if self.fail_on is not None and self.fail_on in np.asarray(rows):
+            raise OSError(f"cannot read image {self.fail_on}")
+        return self.images[rows]
+
+
+def test_a_prefetched_batch_is_read_in_the_background_and_is_the_batch_asked_for():
+    images, _ = _store()
+    source = _Recording(images)
+    batches = DeviceImages(ImageStore(source, BYTE_VALUES, on_disk=True), DEVICE)
+    expected = torch.from_numpy(images / np.float32(255))
+    first, second = torch.tensor([3, 1, 3]), torch.tensor([0, 19, 5])
+    assert torch.equal(batches(first).cpu(), expected[first])  # nothing prefetched: read here
+    batches.prefetch(second)
+    got = batches(second)
+    assert got.device.type == DEVICE.type and torch.equal(got.cpu(), expected[second])
+    threads = [name for name, _ in source.reads]
+    assert threads[0] == threading.current_thread().name and threads[1].startswith("mae-prefetch")
+    assert len(source.reads) == 2  # the prefetched batch was not read twice
+    batches.prefetch(torch.tensor([1, 2]))
+    other = torch.tensor([2, 1])  # not what was prefetched: read as asked, same order as asked
+    assert torch.equal(batches(other).cpu(), expected[other])
+    batches.close()
+    assert not any(t.name.startswith("mae-prefetch") and t.is_alive() for t in threading.enumerate())
+    assert torch.equal(batches(first).cpu(), expected[first])  # still reads after close, in this thread
+
+
+def test_an_error_in_the_reading_thread_is_raised_in_the_training_thread():
+    images, _ = _store()
+    batches = DeviceImages(ImageStore(_Recording(images, fail_on=7), BYTE_VALUES, on_disk=True), DEVICE)
+    batches.prefetch(torch.tensor([1, 7]))
+    with pytest.raises(OSError, match="image 7"):
+        batches(torch.tensor([1, 7]))
+    batches.prefetch(torch.tensor([7]))  # a failed read nobody asks for is dropped
+    assert torch.equal(batches(torch.tensor([2])).cpu(), torch.from_numpy(images[[2]] / np.float32(255)))
+    batches.close()
+
+
+def test_batches_are_pinned_only_where_cuda_is():
+    images, _ = _store()
+    read = BatchPrefetcher(ImageStore(images, BYTE_VALUES, on_disk=True)).read(torch.tensor([0, 1]))
+    assert read.dtype == torch.uint8 and read.is_pinned() == torch.cuda.is_available()
+
+
+@pytest.mark.parametrize("keys", [
+    dict(augment="crop_flip", objective="dae", target="norm_eps"),  # eager: crops and X̃ drawn after I_t
+    dict(capturable=True),  # I_t drawn ahead: the next batch is known
+])
+def test_training_from_disk_reads_each_batch_ahead_in_the_drawn_order(keys, monkeypatch):
+    """The loop names I_{t+1} while update t runs; the batches it trains on are the ones it draws
+    (the same history as in memory), and every batch after the first was read in the background."""
+    config = tiny_config(steps=6, **keys)
+    data = prepare_data(config)
+    in_memory = train(config, data).history
+    images = data.pretraining.stored()
+    source = _Recording(images)
+    on_disk = dataclasses.replace(data, pretrain_images=ImageStore(source, data.pretraining.table, on_disk=True))
+    reads = []
+    original = BatchPrefetcher.read
+    monkeypatch.setattr(BatchPrefetcher, "read", lambda self, index: reads.append(index.clone()) or original(self, index))
+    assert train(config, on_disk).history == in_memory
+    sampler = torch.Generator().manual_seed(config.seed + 1)
+    first = torch.randint(len(images), (config.batch_size,), generator=sampler)
+    assert torch.equal(reads[0], first) and len(reads) == config.steps
+    threads = [name for name, _ in source.reads]
+    assert len(threads) == config.steps and all(t.startswith("mae-prefetch") for t in threads[1:]), threads
+    assert not any(t.name.startswith("mae-prefetch") and t.is_alive() for t in threading.enumerate())
