@@ -289,7 +289,9 @@ def noise_generator(config: Config, device: torch.device, sampler: torch.Generat
     before issue 26: every CPU number unchanged), on any other device from a generator of its own
     there, seeded ``config.seed + 2`` (the sampler is ``seed + 1``), so the noise is drawn beside
     the images with no host sync. That generator's state is checkpointed (``noise``), so a resumed
-    run draws the noise the uninterrupted one would have."""
+    run draws the noise the uninterrupted one would have. The spec allows either: a stochastic
+    denoising corruption is any random image on the same probability space as X, its dependence
+    arbitrary (spec, population denoising risk; Vincent et al. eq. 5 samples it per update)."""
     if config.objective != "dae" or device.type == "cpu":
         return sampler
     return torch.Generator(device).manual_seed(config.seed + 2)
