@@ -22,6 +22,7 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
+from conftest import seed_command_store
 from mae_core.train import PAUSE_VARIABLE
 
 pytestmark = pytest.mark.slow
@@ -36,6 +37,7 @@ TRAIN = ["train", "train_limit=256", "test_limit=48", "steps=300", "log_every=10
 def start(args: list[str], cwd: Path, pause_at_step: int | None = None) -> subprocess.Popen:
     """The command in its own process group; with ``pause_at_step`` every trial's loop holds
     after that update (``mae_core.train.hold_for_tests``) until the signal comes."""
+    seed_command_store(args, cwd)
     env = ENV if pause_at_step is None else {**ENV, PAUSE_VARIABLE: str(pause_at_step)}
     return subprocess.Popen([sys.executable, "-m", "studies.cli", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
