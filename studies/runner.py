@@ -36,6 +36,7 @@ from mae_core.errors import UserError
 from mae_core.train import prepare_data
 
 from . import lifecycle, tracking
+from .environment import quiet_libraries
 from .lifecycle import RayCheckpoints
 from .search import SearchSpec
 from .study import Study, cell_id, trial_keys, without_keys, zip_space_key
@@ -356,9 +357,7 @@ def start_ray(address: str | None) -> bool:
 
     if ray.is_initialized():
         return False
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    # The classic output honours verbose=0: no configuration box and TensorBoard hint per study.
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    quiet_libraries()  # in the environment Ray's workers inherit
     if address in (None, "local"):
         # address="local": a new Ray of our own, never a stale cluster another process left
         # behind (joining one is --address auto)

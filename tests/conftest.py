@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import os
 import shutil
 import sqlite3
 import tempfile
@@ -16,13 +15,11 @@ import pytest
 import torch
 
 from mae_core import Config
+from studies.environment import quiet_libraries
 
 torch.set_num_threads(2)
 # Ray and MLflow settings every test shares (and the subprocesses they start inherit).
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+quiet_libraries()
 
 # A model small enough that one forward/backward on a handful of images takes milliseconds.
 TINY_MODEL = dict(encoder_width=16, encoder_depth=1, encoder_heads=2,

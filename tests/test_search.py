@@ -233,7 +233,7 @@ def test_the_report_ranks_sampled_configs_within_each_arm():
 def test_a_key_given_a_value_on_the_command_line_leaves_the_files_search(tmp_path):
     import argparse
 
-    from studies.cli import _search_of
+    from studies.cli.run import _search_of
     from studies.study_files import load_study_file
 
     path = tmp_path / "tuned.yaml"
