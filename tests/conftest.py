@@ -29,6 +29,17 @@ def tiny_config(**overrides) -> Config:
     return Config(**keys)
 
 
+def timm_missing() -> str | None:
+    """Why ``encoder=timm:NAME`` cannot be built here (None: it can); its tests skip with this reason."""
+    from mae_core.timm_encoder import _import_timm
+
+    try:
+        _import_timm()
+    except ValueError as error:
+        return str(error)
+    return None
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     """A two-CPU local Ray for the tests of one module, shut down after them."""

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import tiny_config
+from conftest import timm_missing, tiny_config
 from mae_core import BottleneckAutoencoder, MaskedAutoencoder, build_model, masked_mse, sample_visible
 from mae_core.models import gather_positions
 
@@ -29,17 +29,6 @@ ALL_VARIANTS = {**MAE_VARIANTS, "ae": dict(objective="ae"), "dae": dict(objectiv
                 "ae_timm": dict(objective="ae", encoder=TIMM, class_token=True)}
 VISIBLE_ONLY = ["mae", "mae_class_token", "mae_learned_positions", "mae_timm", "mae_timm_class_token",
                 "mae_timm_learned_positions", "mae_timm_registers"]
-
-
-def timm_missing() -> str | None:
-    """Why ``encoder=timm:...`` cannot be built here (None: it can)."""
-    from mae_core.timm_encoder import _import_timm
-
-    try:
-        _import_timm()
-    except ValueError as error:
-        return str(error)
-    return None
 
 
 def _model(**overrides) -> tuple[torch.nn.Module, object]:
