@@ -18,6 +18,7 @@ MAE_VARIANTS = {
     "mae_timm_learned_positions": dict(encoder=TIMM, class_token=True, pos_embed="learned"),
     "mae_timm_registers": dict(encoder=TIMM_REGISTERS, pos_embed="learned"),
     "mae_timm_photos_rgb": dict(encoder=TIMM, dataset="photos", decoder_width=16),
+    "mae_timm_mask_token_in_encoder": dict(encoder=TIMM, mask_token_in_encoder=True),
     "mae_class_token": dict(class_token=True),
     "mae_learned_positions": dict(pos_embed="learned"),
     "mae_mask_token_in_encoder": dict(mask_token_in_encoder=True),
