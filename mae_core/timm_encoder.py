@@ -18,6 +18,8 @@ visible slots; timm's blocks and final norm then run on the k tokens and the pre
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 from torch import nn
 
@@ -42,9 +44,10 @@ def _import_timm():
     return timm
 
 
-def vit_names() -> list[str]:
+@cache
+def vit_names() -> frozenset[str]:
     """The model names of timm's ``vision_transformer`` module (the VisionTransformer family)."""
-    return _import_timm().list_models(module="vision_transformer")
+    return frozenset(_import_timm().list_models(module="vision_transformer"))
 
 
 def check_timm_name(name: str) -> None:
