@@ -44,10 +44,14 @@ def _import_timm():
     return timm
 
 
-@cache
 def vit_names() -> frozenset[str]:
     """The model names of timm's ``vision_transformer`` module (the VisionTransformer family)."""
-    return frozenset(_import_timm().list_models(module="vision_transformer"))
+    return _vit_names(_import_timm())
+
+
+@cache
+def _vit_names(timm) -> frozenset[str]:
+    return frozenset(timm.list_models(module="vision_transformer"))
 
 
 def check_timm_name(name: str) -> None:
