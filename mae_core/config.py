@@ -273,6 +273,9 @@ class Config(BaseModel):
         4, ge=1, description="K copies per test image in the finite law for test_den_risk")
 
     # model (ViT encoder; transformer decoder)
+    encoder: str = Field("vit", description=(
+        "vit (built-in) | timm:NAME, a timm VisionTransformer design such as timm:vit_tiny_patch16_224 "
+        "(random init; pip install 'mae-study[timm]'); its size is still encoder_width/depth/heads"))
     encoder_width: int = Field(64, ge=4, description="D, token width")
     encoder_depth: int = Field(4, ge=1, description="transformer blocks")
     encoder_heads: int = Field(4, ge=1, description="attention heads per encoder block; divides encoder_width")
@@ -345,6 +348,14 @@ class Config(BaseModel):
         if isinstance(value, str) and value.lower() in words:
             return words[value.lower()]
         raise ValueError("must be auto, true or false")
+
+    @field_validator("encoder", mode="after")
+    @classmethod
+    def _encoder_name(cls, value: str) -> str:
+        from .encoders import check_encoder
+
+        check_encoder(value)
+        return value
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Config:

@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .encoders import build_encoder, encoder
+
 # ----------------------------------------------------------------------------- helpers
 
 
@@ -121,9 +123,13 @@ class Transformer(nn.Module):
         return self.norm(x)
 
 
-def init_weights(module: nn.Module) -> None:
-    """He et al.'s initialisation: xavier-uniform linears, zero biases, unit LayerNorms."""
+def init_weights(module: nn.Module, keep: nn.Module | None = None) -> None:
+    """He et al.'s initialisation: xavier-uniform linears, zero biases, unit LayerNorms; the
+    layers of ``keep`` (an encoder that brings its own initialisation) are left as they are."""
+    kept = set(keep.modules()) if keep is not None else set()
     for m in module.modules():
+        if m in kept:
+            continue
         if isinstance(m, nn.Linear):
             nn.init.xavier_uniform_(m.weight)
             nn.init.zeros_(m.bias)
@@ -141,11 +147,15 @@ def gather_positions(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 class ViTEncoder(nn.Module):
-    """Patch embedding + positions + transformer; optionally a class token in front."""
+    """Patch embedding + positions + transformer; optionally a class token in front (the
+    built-in :class:`~mae_core.encoders.Encoder`, ``encoder=vit``)."""
+
+    init_by_model = True  # the model applies He et al.'s initialisation to these layers
 
     def __init__(self, patch_dim: int, grid: tuple[int, int], width: int, depth: int,
                  heads: int, mlp_ratio: float, pos_embed: str, class_token: bool):
         super().__init__()
+        self.width = width
         self.patch_embed = nn.Linear(patch_dim, width)
         self.positions = Positions(width, grid, pos_embed)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, width)) if class_token else None
@@ -160,6 +170,17 @@ class ViTEncoder(nn.Module):
             return None, self.transformer(x, blocks=blocks)
         x = self.transformer(torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1), blocks=blocks)
         return x[:, 0], x[:, 1:]
+
+
+@encoder("vit")
+def vit_encoder(config, num_patches: int, patch_dim: int) -> ViTEncoder:
+    return ViTEncoder(patch_dim, config.grid, config.encoder_width, config.encoder_depth,
+                      config.encoder_heads, config.mlp_ratio, config.pos_embed, config.class_token)
+
+
+def _own_init(encoder: nn.Module) -> nn.Module | None:
+    """The encoder if it keeps its own initialisation (``init_by_model`` False), else None."""
+    return None if getattr(encoder, "init_by_model", True) else encoder
 
 
 # What ``features`` hands a probe: ``mean`` the mean-pooled tokens ``[B,D]``, ``cls`` the class
@@ -192,13 +213,17 @@ class MaskedAutoencoder(nn.Module):
     def __init__(self, *, patch_dim: int, grid: tuple[int, int], encoder_width: int,
                  encoder_depth: int, encoder_heads: int, decoder_width: int, decoder_depth: int,
                  decoder_heads: int, mlp_ratio: float = 4.0, pos_embed: str = "sincos",
-                 class_token: bool = False, mask_token_in_encoder: bool = False):
+                 class_token: bool = False, mask_token_in_encoder: bool = False,
+                 encoder: nn.Module | None = None):
+        """``encoder``: an :class:`~mae_core.encoders.Encoder` built for this grid (its width is
+        the decoder's input); None builds the built-in ViT from the ``encoder_*`` arguments."""
         super().__init__()
         self.num_patches = grid[0] * grid[1]
         self.patch_dim = patch_dim
         self.mask_token_in_encoder = mask_token_in_encoder
-        self.encoder = ViTEncoder(patch_dim, grid, encoder_width, encoder_depth, encoder_heads,
-                                  mlp_ratio, pos_embed, class_token)
+        self.encoder = encoder if encoder is not None else ViTEncoder(
+            patch_dim, grid, encoder_width, encoder_depth, encoder_heads, mlp_ratio, pos_embed, class_token)
+        encoder_width = self.encoder.width
         # Table 1c ablation only: a mask token in the encoder's width, outside the spec.
         self.encoder_mask_token = (nn.Parameter(torch.zeros(encoder_width))
                                    if mask_token_in_encoder else None)
@@ -210,8 +235,9 @@ class MaskedAutoencoder(nn.Module):
         self.decoder_positions = Positions(decoder_width, grid, pos_embed)
         self.decoder = Transformer(decoder_width, decoder_depth, decoder_heads, mlp_ratio)
         self.decoder_pred = nn.Linear(decoder_width, patch_dim)
-        init_weights(self)
-        for token in (self.mask_token, self.encoder_mask_token, self.encoder.cls_token):
+        init_weights(self, keep=_own_init(self.encoder))
+        encoder_cls = self.encoder.cls_token if _own_init(self.encoder) is None else None
+        for token in (self.mask_token, self.encoder_mask_token, encoder_cls):
             if token is not None:
                 nn.init.normal_(token, std=0.02)
 
@@ -277,19 +303,20 @@ class BottleneckAutoencoder(nn.Module):
     def __init__(self, *, patch_dim: int, grid: tuple[int, int], encoder_width: int,
                  encoder_depth: int, encoder_heads: int, decoder_width: int, decoder_depth: int,
                  decoder_heads: int, latent_dim: int, mlp_ratio: float = 4.0,
-                 pos_embed: str = "sincos", class_token: bool = False):
+                 pos_embed: str = "sincos", class_token: bool = False, encoder: nn.Module | None = None):
         super().__init__()
         self.num_patches = grid[0] * grid[1]
         self.patch_dim = patch_dim
-        self.encoder = ViTEncoder(patch_dim, grid, encoder_width, encoder_depth, encoder_heads,
-                                  mlp_ratio, pos_embed, class_token)
+        self.encoder = encoder if encoder is not None else ViTEncoder(
+            patch_dim, grid, encoder_width, encoder_depth, encoder_heads, mlp_ratio, pos_embed, class_token)
+        encoder_width = self.encoder.width
         self.to_latent = nn.Linear(encoder_width, latent_dim)
         self.from_latent = nn.Linear(latent_dim, decoder_width)
         self.decoder_positions = Positions(decoder_width, grid, pos_embed)
         self.decoder = Transformer(decoder_width, decoder_depth, decoder_heads, mlp_ratio)
         self.decoder_pred = nn.Linear(decoder_width, patch_dim)
-        init_weights(self)
-        if self.encoder.cls_token is not None:
+        init_weights(self, keep=_own_init(self.encoder))
+        if self.encoder.cls_token is not None and _own_init(self.encoder) is None:
             nn.init.normal_(self.encoder.cls_token, std=0.02)
 
     def _encode(self, patches: torch.Tensor, blocks: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -334,7 +361,7 @@ class FeatureEncoder(nn.Module):
     (the decoder, and an MAE's mask tokens, take no part when every patch is visible).
     """
 
-    def __init__(self, encoder: ViTEncoder, num_patches: int):
+    def __init__(self, encoder: nn.Module, num_patches: int):
         super().__init__()
         self.encoder = encoder
         self.num_patches = num_patches
@@ -354,9 +381,11 @@ def feature_encoder(model: nn.Module) -> FeatureEncoder:
 
 def variant_name(objective: str, encoder_width: int, encoder_depth: int, decoder_width: int,
                  decoder_depth: int, latent_dim: int | None = None,
-                 mask_token_in_encoder: bool = False) -> str:
-    """A name that says what the model is, e.g. ``mae_vit_w64d4_dec32d2`` (used in run names)."""
-    name = f"{objective}_vit_w{encoder_width}d{encoder_depth}_dec{decoder_width}d{decoder_depth}"
+                 mask_token_in_encoder: bool = False, encoder: str = "vit") -> str:
+    """A name that says what the model is, e.g. ``mae_vit_w64d4_dec32d2`` (used in run names;
+    ``mae_timm-vit_tiny_patch16_224_w64d4_dec32d2`` for ``encoder=timm:vit_tiny_patch16_224``)."""
+    kind = encoder.replace(":", "-")
+    name = f"{objective}_{kind}_w{encoder_width}d{encoder_depth}_dec{decoder_width}d{decoder_depth}"
     if objective in ("ae", "dae"):
         name += f"_z{latent_dim}"
     if mask_token_in_encoder:
@@ -367,8 +396,10 @@ def variant_name(objective: str, encoder_width: int, encoder_depth: int, decoder
 
 
 def build_model(config) -> nn.Module:
-    """The model a :class:`~mae_core.config.Config` describes (MAE, or the AE/DAE bottleneck pair)."""
+    """The model a :class:`~mae_core.config.Config` describes (MAE, or the AE/DAE bottleneck pair)
+    around the encoder its ``encoder`` key names (:func:`mae_core.encoders.build_encoder`)."""
     common = dict(
+        encoder=build_encoder(config, config.num_patches, config.patch_dim),
         patch_dim=config.patch_dim, grid=config.grid,
         encoder_width=config.encoder_width, encoder_depth=config.encoder_depth,
         encoder_heads=config.encoder_heads, decoder_width=config.decoder_width,
@@ -383,4 +414,4 @@ def build_model(config) -> nn.Module:
 def config_variant_name(config) -> str:
     return variant_name(config.objective, config.encoder_width, config.encoder_depth,
                         config.decoder_width, config.decoder_depth, config.latent_dim,
-                        config.mask_token_in_encoder)
+                        config.mask_token_in_encoder, config.encoder)

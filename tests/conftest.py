@@ -34,6 +34,17 @@ def tiny_config(**overrides) -> Config:
     return Config(**keys)
 
 
+def timm_missing() -> str | None:
+    """Why ``encoder=timm:NAME`` cannot be built here (None: it can); its tests skip with this reason."""
+    from mae_core.timm_encoder import _import_timm
+
+    try:
+        _import_timm()
+    except ValueError as error:
+        return str(error)
+    return None
+
+
 def shared_ray() -> None:
     """The suite's one two-CPU local Ray, started by the first test that asks and kept for the
     next (a start costs seconds); a test that needs a Ray of its own shuts it down first

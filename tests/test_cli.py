@@ -59,6 +59,8 @@ BAD_INVOCATIONS = [
     (["train", "objective=dae", "corruption=blur"], "corruption"),
     (["train", "dataset=mnist"], "dataset"),
     (["train", "mask_sampling=spiral"], "mask_sampling"),
+    (["train", "encoder=bogus"], "encoder='bogus': unknown encoder"),
+    (["train", "encoder=timm:no_such_vit"], "encoder='timm:no_such_vit'"),
     (["train", "mask_ration=0.5"], "unknown key 'mask_ration'"),
     (["train", "steps=many"], "steps"),
     (["train", "lr=0"], "lr"),
