@@ -11,7 +11,7 @@ embedding maps each patch on its own (so the model embeds the k gathered values,
 image with holes), positions are looked up at the visible indices, and the blocks receive
 exactly those k tokens (plus the encoder's own prefix tokens, such as a class token).
 
-``encoder=vit`` is the built-in :class:`mae_core.models.ViTEncoder`; ``encoder=timm:NAME`` a
+``encoder=vit`` is the built-in :class:`mae_core.transformer.ViTEncoder`; ``encoder=timm:NAME`` a
 timm VisionTransformer (:mod:`mae_core.timm_encoder`, the ``timm`` extra); ``encoder=NAME``
 any factory registered with :func:`encoder` (a plugin's own).
 """
@@ -75,11 +75,18 @@ def encoder(name: str) -> Callable[[EncoderFactory], EncoderFactory]:
     return register
 
 
+@encoder("vit")
+def vit_encoder(config, num_patches: int, patch_dim: int) -> nn.Module:
+    """The built-in :class:`mae_core.transformer.ViTEncoder` at the config's grid and sizes."""
+    from .transformer import ViTEncoder
+
+    return ViTEncoder(patch_dim, config.grid, config.encoder_width, config.encoder_depth,
+                      config.encoder_heads, config.mlp_ratio, config.pos_embed, config.class_token)
+
+
 def check_encoder(name: str) -> None:
     """Raise ``ValueError`` (one line) unless ``name`` is a registered encoder or ``timm:NAME``
     of an installed timm's VisionTransformer."""
-    from . import models  # noqa: F401  (registers the built-in vit)
-
     if name.startswith(TIMM_PREFIX):
         from .timm_encoder import check_timm_name
 

@@ -23,7 +23,7 @@ from functools import cache
 import torch
 from torch import nn
 
-from .models import Positions
+from .transformer import Positions
 
 INSTALL_HINT = "pip install 'mae-study[timm]'"
 
@@ -96,7 +96,7 @@ class LearnedPositions(nn.Module):
 
 
 class TimmBlocks(nn.Module):
-    """timm's ``blocks`` then its final ``norm``: ``[B,L,D] -> [B,L,D]`` (as models.Transformer)."""
+    """timm's ``blocks`` then its final ``norm``: ``[B,L,D] -> [B,L,D]`` (as transformer.Transformer)."""
 
     def __init__(self, blocks: nn.Sequential, norm: nn.Module):
         super().__init__()

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-
 from conftest import timm_missing, tiny_config
+
 from mae_core import BottleneckAutoencoder, MaskedAutoencoder, build_model, masked_mse, sample_visible
-from mae_core.models import gather_positions
+from mae_core.transformer import gather_positions
 
 # Both encoders pass the spec's property tests: the built-in ViT and a timm VisionTransformer
 # (tiny: the config's width/depth/heads; the timm variants skip where timm is not installed).
@@ -178,7 +178,7 @@ def test_sincos_positions_code_the_column_first_as_he_et_al():
     # He et al.'s get_2d_sincos_pos_embed: meshgrid(grid_w, grid_h) puts the column index in the
     # first half of the width, the row in the second; weights trained by their code (or
     # transformers' ViTMAE) only see the right positions in this order. Grid 3 rows x 4 columns.
-    from mae_core.models import sincos_1d, sincos_2d
+    from mae_core.transformer import sincos_1d, sincos_2d
     table = sincos_2d(8, (3, 4))
     for slot in range(12):
         row, col = divmod(slot, 4)
@@ -188,7 +188,7 @@ def test_sincos_positions_code_the_column_first_as_he_et_al():
 
 @pytest.mark.parametrize("variant", sorted(ALL_VARIANTS))
 def test_layer_norms_use_he_et_al_eps(variant):
-    from mae_core.models import LAYER_NORM_EPS
+    from mae_core.transformer import LAYER_NORM_EPS
     model, _ = _model(**ALL_VARIANTS[variant])
     norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
     assert norms and all(m.eps == LAYER_NORM_EPS == 1e-6 for m in norms)

@@ -138,7 +138,7 @@ def test_arm_search_runs_each_sample_with_every_seed_and_tells_optuna_the_mean(t
 
     def fresh():
         return ArmSearch([{"decoder_depth": 1}, {"decoder_depth": 4}], [0, 1], {"lr": tune.loguniform(1e-4, 1e-2)},
-                         samples=2, metric="probe_linear_acc", mode="max")
+                         samples=2, metric="probe_linear_acc", mode="max", seed=0)
 
     search = fresh()
     configs = {f"t{i}": search.suggest(f"t{i}") for i in range(8)}

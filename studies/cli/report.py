@@ -96,7 +96,10 @@ def _report_paper(args: argparse.Namespace) -> int:
             raise UsageError(f"no runs of study {source.study}: no MLflow store at {store} "
                              f"(give it as {source.study}=STORE, or pass --tracking-uri)")
     out = writable_folder(Path(args.report_dir) if args.report_dir else Path(args.out) / "paper", "--report-dir")
-    paths = write_paper(sources, out, formats=formats, experiment=args.experiment, smoke=args.smoke)
+    from ..registry import get_study
+
+    paths = write_paper(sources, out, formats=formats, experiment=args.experiment, smoke=args.smoke,
+                        find_study=get_study)
     print("paper: " + ", ".join(str(p) for p in paths))
     print(f"next: cd {shlex.quote(str(out))} && pdflatex paper_preview.tex")
     return 0
