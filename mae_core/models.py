@@ -192,7 +192,7 @@ class MaskedAutoencoder(nn.Module):
     def __init__(self, *, patch_dim: int, grid: tuple[int, int], encoder_width: int,
                  encoder_depth: int, encoder_heads: int, decoder_width: int, decoder_depth: int,
                  decoder_heads: int, mlp_ratio: float = 4.0, pos_embed: str = "sincos",
-                 class_token: bool = False, mask_token_in_encoder: bool = False):
+                 class_token: bool = False, mask_token_in_encoder: bool = False, out_dim: int | None = None):
         super().__init__()
         self.num_patches = grid[0] * grid[1]
         self.patch_dim = patch_dim
@@ -209,7 +209,7 @@ class MaskedAutoencoder(nn.Module):
             self.mask_token = nn.Parameter(torch.zeros(decoder_width))  # the spec's shared m
         self.decoder_positions = Positions(decoder_width, grid, pos_embed)
         self.decoder = Transformer(decoder_width, decoder_depth, decoder_heads, mlp_ratio)
-        self.decoder_pred = nn.Linear(decoder_width, patch_dim)
+        self.decoder_pred = nn.Linear(decoder_width, out_dim or patch_dim)  # the target's width
         init_weights(self)
         for token in (self.mask_token, self.encoder_mask_token, self.encoder.cls_token):
             if token is not None:
@@ -277,7 +277,7 @@ class BottleneckAutoencoder(nn.Module):
     def __init__(self, *, patch_dim: int, grid: tuple[int, int], encoder_width: int,
                  encoder_depth: int, encoder_heads: int, decoder_width: int, decoder_depth: int,
                  decoder_heads: int, latent_dim: int, mlp_ratio: float = 4.0,
-                 pos_embed: str = "sincos", class_token: bool = False):
+                 pos_embed: str = "sincos", class_token: bool = False, out_dim: int | None = None):
         super().__init__()
         self.num_patches = grid[0] * grid[1]
         self.patch_dim = patch_dim
@@ -287,7 +287,7 @@ class BottleneckAutoencoder(nn.Module):
         self.from_latent = nn.Linear(latent_dim, decoder_width)
         self.decoder_positions = Positions(decoder_width, grid, pos_embed)
         self.decoder = Transformer(decoder_width, decoder_depth, decoder_heads, mlp_ratio)
-        self.decoder_pred = nn.Linear(decoder_width, patch_dim)
+        self.decoder_pred = nn.Linear(decoder_width, out_dim or patch_dim)  # the target's width
         init_weights(self)
         if self.encoder.cls_token is not None:
             nn.init.normal_(self.encoder.cls_token, std=0.02)
@@ -374,6 +374,7 @@ def build_model(config) -> nn.Module:
         encoder_heads=config.encoder_heads, decoder_width=config.decoder_width,
         decoder_depth=config.decoder_depth, decoder_heads=config.decoder_heads,
         mlp_ratio=config.mlp_ratio, pos_embed=config.pos_embed, class_token=config.class_token,
+        out_dim=config.target_dim,
     )
     if config.objective == "mae":
         return MaskedAutoencoder(**common, mask_token_in_encoder=config.mask_token_in_encoder)
