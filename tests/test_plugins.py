@@ -55,7 +55,8 @@ def test_the_example_plugin_trains_a_dae_on_its_own_target_corruption_and_format
     data = keras_npz(tmp_path / "noise.npz")
     status = cli("train", "--smoke", "--out", str(tmp_path), "--plugin", str(EXAMPLE),
                  f"dataset=keras_npz:{data}", "target=patch_stats", "objective=dae", "corruption=patch_dropout",
-                 "encoder_width=16", "encoder_depth=1", "decoder_width=8", "decoder_depth=1", "batch_size=16")
+                 "encoder_width=16", "encoder_depth=1", "decoder_width=8", "decoder_depth=1", "batch_size=16",
+                 "steps=10")
     err = capsys.readouterr().err
     assert status == 0, err
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
