@@ -130,3 +130,27 @@ def test_a_study_file_loads_its_plugins_before_checking_its_grid(tmp_path):
     (tmp_path / "bad.yaml").write_text("plugins: [missing.py]\naxes: {mask_ratio: [0.5]}\n")
     with pytest.raises(StudyFileError, match=r"bad.yaml: plugins: plugin .*missing.py: no such file"):
         load_study_file(tmp_path / "bad.yaml")
+
+
+@pytest.mark.slow
+def test_ray_trials_import_the_study_files_plugins(tmp_path, local_ray):
+    """The trial processes are not the driver: they load the plugins the driver loaded."""
+    from mlflow.tracking import MlflowClient
+
+    from studies.runner import RunOptions, plan_study, run_study
+    from studies.study_files import load_study_file
+
+    data = keras_npz(tmp_path / "noise.npz")
+    study = tmp_path / "stats.yaml"
+    study.write_text(f"plugins: [{EXAMPLE}]\n"
+                     f"base: {{dataset: 'keras_npz:{data}', objective: dae, corruption: patch_dropout, steps: 10,\n"
+                     "       encoder_width: 16, encoder_depth: 1, decoder_width: 8, decoder_depth: 1, batch_size: 16}\n"
+                     "axes: {target: [patch_stats]}\nseeds: [0]\n")
+    plan = plan_study(load_study_file(study), smoke=True, overrides={})
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    state = run_study(plan, RunOptions(out_dir=tmp_path / "out", tracking_uri=uri, smoke=True))
+    assert state["errored"] == 0
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("mae-study").experiment_id],
+                              f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
+    assert [(run.info.status, run.data.params["target"]) for run in runs] == [("FINISHED", "patch_stats")]
