@@ -56,7 +56,7 @@ class Registry(Generic[Entry]):
         (the same function defined again by a reloaded module is the same part)."""
         _ensure_builtins()
         if not isinstance(name, str) or not name or ":" in name or "," in name:
-            raise DuplicateName(f"{self.key}: {name!r} is not a usable name (text without ':' or ',')")
+            raise UserError(f"{self.key}: {name!r} is not a usable name (text without ':' or ',')")
         old = self._entries.get(name)
         if old is not None and not _same_part(old, entry, function):
             raise DuplicateName(f"{self.key}={name!r} is registered twice ({_origin(old)} and "

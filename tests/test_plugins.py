@@ -154,3 +154,21 @@ def test_ray_trials_import_the_study_files_plugins(tmp_path, local_ray):
     runs = client.search_runs([client.get_experiment_by_name("mae-study").experiment_id],
                               f"tags.`mlflow.parentRunId` = '{state['parent_run_id']}'")
     assert [(run.info.status, run.data.params["target"]) for run in runs] == [("FINISHED", "patch_stats")]
+
+
+def test_an_installed_packages_entry_point_is_loaded(tmp_path, monkeypatch):
+    import importlib.metadata
+
+    (tmp_path / "stats_package_plugin.py").write_text(EXAMPLE.read_text())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    point = importlib.metadata.EntryPoint("stats", "stats_package_plugin", plugins.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group=None: [point] if group == plugins.ENTRY_POINT_GROUP else [])
+    monkeypatch.setattr(plugins, "_entry_points", set())
+    monkeypatch.delitem(sys.modules, "stats_package_plugin", raising=False)
+    assert plugins.load_plugins([]) == [] and "patch_stats" in registry.targets.names()
+    broken = importlib.metadata.EntryPoint("broken", "no_such_package_plugin", plugins.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: [broken])
+    with pytest.raises(plugins.PluginError, match=r"^plugin no_such_package_plugin \(entry point broken\) "
+                                                  r"failed to import: ModuleNotFoundError"):
+        plugins.load_plugins([])
