@@ -17,10 +17,11 @@ weighted sum.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-CORRUPTIONS = ("none", "gaussian", "masking", "salt_pepper")
+from . import registry
 
 
 def corrupt(
@@ -38,7 +39,7 @@ def corrupt(
     if kind == "salt_pepper":
         salt = torch.rand(x.shape, generator=generator, device=x.device) < 0.5
         return torch.where(hit, salt.to(x.dtype), x)
-    raise ValueError(f"corruption={kind!r} is not one of {', '.join(CORRUPTIONS)}")
+    return registry.corruptions.get(kind).function(x, level, generator)  # a plugin's corruption
 
 
 @dataclass(frozen=True)
@@ -63,3 +64,10 @@ def finite_corruption_law(
     copies = corrupt(repeated.contiguous(), kind, level, generator)
     weights = torch.full((x.shape[0], num_copies), 1.0 / num_copies, dtype=x.dtype)
     return FiniteCorruptionLaw(copies=copies, weights=weights)
+
+
+def __getattr__(name: str) -> Any:
+    """``CORRUPTIONS``: every registered corruption name, built-in and plugins' (:mod:`mae_core.registry`)."""
+    if name == "CORRUPTIONS":
+        return registry.corruptions.names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

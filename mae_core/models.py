@@ -64,9 +64,10 @@ class MaskedAutoencoder(nn.Module):
                  encoder_depth: int, encoder_heads: int, decoder_width: int, decoder_depth: int,
                  decoder_heads: int, mlp_ratio: float = 4.0, pos_embed: str = "sincos",
                  class_token: bool = False, mask_token_in_encoder: bool = False,
-                 encoder: nn.Module | None = None):
+                 encoder: nn.Module | None = None, out_dim: int | None = None):
         """``encoder``: an :class:`~mae_core.encoders.Encoder` built for this grid (its width is
-        the decoder's input); None builds the built-in ViT from the ``encoder_*`` arguments."""
+        the decoder's input); None builds the built-in ViT from the ``encoder_*`` arguments.
+        ``out_dim``: the target's width per patch (None: ``patch_dim``)."""
         super().__init__()
         self.num_patches = grid[0] * grid[1]
         self.patch_dim = patch_dim
@@ -84,7 +85,7 @@ class MaskedAutoencoder(nn.Module):
             self.mask_token = nn.Parameter(torch.zeros(decoder_width))  # the spec's shared m
         self.decoder_positions = Positions(decoder_width, grid, pos_embed)
         self.decoder = Transformer(decoder_width, decoder_depth, decoder_heads, mlp_ratio)
-        self.decoder_pred = nn.Linear(decoder_width, patch_dim)
+        self.decoder_pred = nn.Linear(decoder_width, out_dim or patch_dim)  # the target's width
         init_weights(self, keep=_own_init(self.encoder))
         encoder_cls = self.encoder.cls_token if _own_init(self.encoder) is None else None
         for token in (self.mask_token, self.encoder_mask_token, encoder_cls):
@@ -153,7 +154,8 @@ class BottleneckAutoencoder(nn.Module):
     def __init__(self, *, patch_dim: int, grid: tuple[int, int], encoder_width: int,
                  encoder_depth: int, encoder_heads: int, decoder_width: int, decoder_depth: int,
                  decoder_heads: int, latent_dim: int, mlp_ratio: float = 4.0,
-                 pos_embed: str = "sincos", class_token: bool = False, encoder: nn.Module | None = None):
+                 pos_embed: str = "sincos", class_token: bool = False, encoder: nn.Module | None = None,
+                 out_dim: int | None = None):
         super().__init__()
         self.num_patches = grid[0] * grid[1]
         self.patch_dim = patch_dim
@@ -164,7 +166,7 @@ class BottleneckAutoencoder(nn.Module):
         self.from_latent = nn.Linear(latent_dim, decoder_width)
         self.decoder_positions = Positions(decoder_width, grid, pos_embed)
         self.decoder = Transformer(decoder_width, decoder_depth, decoder_heads, mlp_ratio)
-        self.decoder_pred = nn.Linear(decoder_width, patch_dim)
+        self.decoder_pred = nn.Linear(decoder_width, out_dim or patch_dim)  # the target's width
         init_weights(self, keep=_own_init(self.encoder))
         if self.encoder.cls_token is not None and _own_init(self.encoder) is None:
             nn.init.normal_(self.encoder.cls_token, std=0.02)
@@ -255,6 +257,7 @@ def build_model(config) -> nn.Module:
         encoder_heads=config.encoder_heads, decoder_width=config.decoder_width,
         decoder_depth=config.decoder_depth, decoder_heads=config.decoder_heads,
         mlp_ratio=config.mlp_ratio, pos_embed=config.pos_embed, class_token=config.class_token,
+        out_dim=config.target_dim,
     )
     if config.objective == "mae":
         return MaskedAutoencoder(**common, mask_token_in_encoder=config.mask_token_in_encoder)

@@ -273,19 +273,23 @@ def check_resume(plan: StudyPlan, options: RunOptions) -> dict[str, Any] | None:
 
 def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name: str,
               tracking_uri: str, experiment: str, parent_run_id: str, search: bool = False,
-              baseline_dir: str | None = None, workers: dict[str, Any] | None = None) -> None:
+              baseline_dir: str | None = None, workers: dict[str, Any] | None = None,
+              plugins: list[str] | None = None) -> None:
     """One Ray Tune trial: a grid cell trained, evaluated and logged to its own MLflow run.
     In a search, a trial's run is found by its Ray trial id as well (two samples may draw the
     same values, and each is its own trial). Baselines are shared through ``baseline_dir``
     (:mod:`evaluation.baselines`); where a trial's varied keys include an ``eval.*`` key, so do
     trained encoders, in the ``pretrained/`` folder beside it (:mod:`studies.pretrained`).
     ``workers`` (``workers``, ``cpus``, ``gpus``, ``folder``): the trial trains on that many Ray
-    Train workers (:mod:`studies.ddp`), its checkpoint kept under ``folder``."""
+    Train workers (:mod:`studies.ddp`), its checkpoint kept under ``folder``. ``plugins``: the
+    driver's (:func:`mae_core.plugins.loaded_specs`), imported here before the config is built;
+    None reads them from ``MAE_STUDY_PLUGINS``."""
     import ray
     import torch
     from mlflow.tracking import MlflowClient
     from ray import tune
 
+    from mae_core.plugins import load_from_environment, load_plugins
     from mae_core.train import NonFiniteError
 
     from .pretrained import PRETRAINED_DIR, PretrainedCache
@@ -293,6 +297,10 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
 
     # Ray sets OMP_NUM_THREADS to the trial's CPU share; torch must use the same number.
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    if plugins is None:
+        load_from_environment()
+    else:
+        load_plugins(plugins)
     keys = {**base, **trial_keys(trial_config)}
     config = Config(**keys)
     client = MlflowClient(tracking_uri)
@@ -316,7 +324,7 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
                 "run_name": trial_run_name(config), "parent_run_id": parent_run_id, "tags": tags,
                 # one folder per study run and cell: a fresh study in the same --out never resumes another's
                 "checkpoint_path": str(folder / CHECKPOINTS_DIR / parent_run_id / cell / "checkpoint.pt"),
-                "baseline_dir": baseline_dir}
+                "baseline_dir": baseline_dir, "plugins": plugins}
         tune.report(train_on_workers(loop, workers=workers["workers"], cpus_per_worker=workers["cpus"],
                                      gpus_per_worker=workers["gpus"], storage=folder / "ray-train"))
         return
@@ -365,7 +373,7 @@ def start_ray(address: str | None) -> bool:
                  configure_logging=False, ignore_reinit_error=True)
     else:
         # Workers do not inherit the driver's environment: pass what the trials need.
-        env = {k: os.environ[k] for k in ("RAY_USAGE_STATS_ENABLED", "MLFLOW_TRACKING_URI") if k in os.environ}
+        env = {k: os.environ[k] for k in ("RAY_USAGE_STATS_ENABLED", "MLFLOW_TRACKING_URI", "MAE_STUDY_PLUGINS") if k in os.environ}
         ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False,
                  ignore_reinit_error=True)
     return True
@@ -466,6 +474,8 @@ def _fit(plan: StudyPlan, options: RunOptions, state: dict[str, Any], progress, 
     """
     from ray import tune
 
+    from mae_core.plugins import loaded_specs
+
     fn = tune.with_parameters(
         trainable, base=plan.base, study_name=plan.study.name, tracking_uri=options.tracking_uri,
         experiment=options.experiment, parent_run_id=state["parent_run_id"], search=plan.search is not None,
@@ -474,6 +484,7 @@ def _fit(plan: StudyPlan, options: RunOptions, state: dict[str, Any], progress, 
         workers=({"workers": options.workers_per_trial, "cpus": options.cpus_per_trial,
                   "gpus": options.gpus_per_trial, "folder": str(options.out_dir)}
                  if options.workers_per_trial > 1 else None),
+        plugins=loaded_specs(),  # the trial processes import what the driver did
     )
     if options.workers_per_trial > 1:  # the trial only waits on its trainer, whose workers hold the resources
         fn = tune.with_resources(fn, {"cpu": 0, "memory": 1})  # (Ray refuses an empty request: 1 byte)

@@ -17,9 +17,10 @@ import sys
 
 from mae_core.errors import UserError
 
+from ..environment import quiet_libraries
+from ..plugin_option import load_command_plugins
 from .common import BAD_INPUT, DEFAULT_EXPERIMENT, DEFAULT_OUT, UsageError, fail, resolve_config
 from .config import defaults_yaml
-from ..environment import quiet_libraries
 from .parser import build_parser, package_version, parse
 
 __all__ = ["BAD_INPUT", "DEFAULT_EXPERIMENT", "DEFAULT_OUT", "UsageError", "build_parser", "defaults_yaml",
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()
         args = parse(parser, argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)
+        load_command_plugins(args)
         return args.handler(args)
     except UserError as error:  # every error a user can cause and fix: one line, exit 2
         fail(str(error))

@@ -10,6 +10,7 @@ from typing import NoReturn
 
 from mae_core.config import config_keys
 
+from ..plugin_option import add_plugin_option
 from ..search import DEFAULT_METRIC, DEFAULT_SAMPLES
 from .bench import cmd_bench
 from .catalog import cmd_list, cmd_new_study
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--json", action="store_true",
                        help="print the final metrics as one JSON object on stdout (the rest goes to stderr)")
     train.add_argument("overrides", nargs="*", metavar="key=value")
+    add_plugin_option(train)
     train.set_defaults(handler=cmd_train)
 
     run = commands.add_parser("run", help="a study's grid with Ray Tune")
@@ -115,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="add seeds (5-9 or 5,6,7) to every cell of the finished study in --out; the report pools them")
     run.add_argument("overrides", nargs="*", metavar="key=value",
                      help="config keys; key=v1,v2 makes an axis; key=KIND:ARGS a range for --search; seeds=0,1,2")
+    add_plugin_option(run)
     run.set_defaults(handler=cmd_run)
 
     bench = commands.add_parser("bench", help="speed measurements against a peer, as ratios")
@@ -158,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
     report.add_argument("--run", metavar="PARENT_RUN_ID",
                         help="report this run of the study (default: its newest full run, or smoke run with --smoke)")
+    add_plugin_option(report)
     report.set_defaults(handler=cmd_report)
 
     evaluate = commands.add_parser("evaluate", help="stored encoders evaluated again with other eval.* keys, no training")
@@ -170,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
     evaluate.add_argument("overrides", nargs="*", metavar="eval.key=value",
                           help="evaluation keys only (eval.knn_ks=5,20: a comma is part of the value)")
+    add_plugin_option(evaluate)
     evaluate.set_defaults(handler=cmd_evaluate)
     return parser
 
