@@ -1,10 +1,14 @@
 # Both targets create .venv on first use: torch's CPU build first (so no CUDA build is pulled),
 # then this package in editable mode with its test extra, pinned to the tested set in
-# constraints.txt (which leaves torch out).
+# constraints.txt (which leaves torch out), then torchvision's matching build and the timm extra.
 # torch: a local 2.13.0 wheel from pip's find-links if there is one (--no-index: nothing is
 # fetched), otherwise the CPU build from download.pytorch.org. Both with --no-deps: torch's own
 # small dependencies (filelock, sympy, ...) come with the package, under the constraints.
 TORCH         := torch==2.13.0
+# torchvision's build for that torch, found the same way (timm, the timm extra, imports it). Where
+# neither place has it (PyPI's build needs CUDA libraries a CPU torch lacks), the timm extra is
+# left out and the encoder=timm:NAME tests skip, saying why.
+TORCHVISION   := torchvision==0.28.0
 TORCH_CPU_URL := https://download.pytorch.org/whl/cpu
 PYTHON ?= python3.11
 VENV   := .venv
@@ -22,6 +26,12 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --no-deps --no-index '$(TORCH)' \
 	  || $(BIN)/pip install --quiet --no-deps '$(TORCH)' --index-url $(TORCH_CPU_URL)
 	$(BIN)/pip install --quiet -e '.[test]' -c constraints.txt
+	( $(BIN)/pip install --quiet --no-deps --no-index '$(TORCHVISION)' \
+	  || $(BIN)/pip install --quiet --no-deps '$(TORCHVISION)' --index-url $(TORCH_CPU_URL) ) \
+	  && $(BIN)/python -c 'import torchvision' 2>/dev/null \
+	  && $(BIN)/pip install --quiet -e '.[test,timm]' -c constraints.txt \
+	  || { $(BIN)/pip uninstall --quiet --yes torchvision; \
+	       echo "make: no $(TORCHVISION) build for $(TORCH) here: encoder=timm:NAME and its tests are skipped"; }
 	touch $(STAMP)
 
 demo: $(STAMP)

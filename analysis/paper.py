@@ -26,7 +26,7 @@ from .frame import ReportError, load_runs, load_study_info
 from .labels import TABLE_COLUMNS
 from .paper_table import tex
 from .report import figure_caption, study_reference
-from .trials_file import load_trials
+from .trials_file import FindStudy, load_trials
 
 STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 FIGURE5 = "mask_ratio"  # the file stem of MAE Figure 5's counterpart
@@ -98,10 +98,10 @@ def _figure5(frame, info: dict, out: Path, formats: Sequence[str]) -> list[Path]
     return [*paths, snippet]
 
 
-def _read(source: StudySource, experiment: str, smoke: bool) -> tuple:
+def _read(source: StudySource, experiment: str, smoke: bool, find_study: FindStudy | None) -> tuple:
     """(frame, header) of a source: its trials.csv, or its store's newest full (smoke) run."""
     if source.trials is not None:
-        frame, info = load_trials(source.trials, source.study)
+        frame, info = load_trials(source.trials, source.study, find_study)
         if bool(info.get("smoke")) != smoke:
             kind = "a smoke run" if info.get("smoke") else "a full run"
             raise ReportError(f"{source.trials} holds {kind} of {source.study}"
@@ -112,11 +112,13 @@ def _read(source: StudySource, experiment: str, smoke: bool) -> tuple:
 
 
 def write_paper(sources: Sequence[StudySource], out_dir: Path, *, formats: Sequence[str] = ("png", "pdf"),
-                experiment: str = "mae-study", smoke: bool = False) -> list[Path]:
+                experiment: str = "mae-study", smoke: bool = False,
+                find_study: FindStudy | None = None) -> list[Path]:
     """Write ``table1.tex`` (a sub-table per source, in order), the Figure 5 files when a study
     varies the mask ratio, and ``paper_preview.tex``; return every path written. Each study's
     newest full run is read (with ``smoke``, its newest smoke run, and every caption says so):
-    a smoke run never lands in a paper's table unannounced."""
+    a smoke run never lands in a paper's table unannounced. ``find_study`` reads a ``trials.csv``
+    without ``study.json`` against a built-in study (:func:`analysis.trials_file.load_trials`)."""
     try:
         out = writable_folder(out_dir)
     except FolderNotWritable as error:
@@ -125,7 +127,7 @@ def write_paper(sources: Sequence[StudySource], out_dir: Path, *, formats: Seque
         formats = [*formats, "pdf"]  # the LaTeX files include the PDF
     tables, written, figure_done = [], [], False
     for source in sources:
-        frame, info = _read(source, experiment, smoke)
+        frame, info = _read(source, experiment, smoke, find_study)
         axes = [a for a in info["axes"] if a in frame]
         reference, _ = study_reference(info, frame, axes)
         tables.append(paper_table.study_table(frame, source.study, axes, reference, info.get("paper"),

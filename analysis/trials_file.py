@@ -6,7 +6,8 @@ smoke) beside it, so a committed report is enough to rebuild its statistics and 
 Table 1 (``mae-study report --paper STUDY=path/to/trials.csv``) after the store is gone.
 
 A ``trials.csv`` without ``study.json`` (reports written before it existed) is read against the
-built-in study of the same name: its paper, reference and zipped groups, provided the file holds
+built-in study of the same name, looked up by the caller's ``find_study`` (the study layer's
+``studies.registry.get_study``: analysis sits below studies and never imports it): its paper, reference and zipped groups, provided the file holds
 exactly that study's full grid (a smoke run or a run with other axis values is refused, since
 nothing in the file would say which it was).
 """
@@ -14,10 +15,13 @@ nothing in the file would say which it was).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from mae_core.errors import UserError
 
 from .frame import ReportError, cast_param, typed_frame
 
@@ -32,7 +36,11 @@ def write_study_info(info: dict[str, Any], out: Path) -> Path:
     return path
 
 
-def load_trials(path: Path, study: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+# a study's name -> its Study (axes, zipped, paper, reference); raises a UserError for an unknown name
+FindStudy = Callable[[str], Any]
+
+
+def load_trials(path: Path, study: str, find_study: FindStudy | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """``trials.csv`` -> (the frame :func:`analysis.frame.load_runs` would give, the header
     :func:`analysis.frame.load_study_info` would give). Raises ReportError (one line) when the
     file is not a report's ``trials.csv`` or, without ``study.json``, is not the full grid of
@@ -51,7 +59,7 @@ def load_trials(path: Path, study: str) -> tuple[pd.DataFrame, dict[str, Any]]:
         info = json.loads(info_path.read_text(encoding="utf-8"))
         info["axes"] = axes
         return frame, info
-    return frame, _builtin_info(path, study, frame, axes)
+    return frame, _builtin_info(path, study, frame, axes, find_study)
 
 
 def _cell(key: str, value: str) -> Any:
@@ -62,12 +70,13 @@ def _cell(key: str, value: str) -> Any:
     return value if key in _TEXT_COLUMNS else cast_param(key, value)
 
 
-def _builtin_info(path: Path, study: str, frame: pd.DataFrame, axes: list[str]) -> dict[str, Any]:
-    from studies.registry import UnknownStudyError, get_study  # the study layer, only for this fallback
-
+def _builtin_info(path: Path, study: str, frame: pd.DataFrame, axes: list[str],
+                  find_study: FindStudy | None) -> dict[str, Any]:
+    if find_study is None:
+        raise ReportError(f"{path} has no {STUDY_FILE} beside it: regenerate its report with mae-study report")
     try:
-        builtin = get_study(study)
-    except UnknownStudyError:
+        builtin = find_study(study)
+    except UserError:
         raise ReportError(f"{path} has no {STUDY_FILE} beside it and {study!r} is not a built-in study: "
                           f"regenerate its report with mae-study report") from None
     grid = {**builtin.axes, **{key: values for group in builtin.zipped for key, values in group.items()}}

@@ -22,9 +22,12 @@ from torch import nn
 
 from mae_core.train import learning_rate
 
-# Parameter names of the built-in models (MaskedAutoencoder, BottleneckAutoencoder).
+# Parameter names of the models (MaskedAutoencoder, BottleneckAutoencoder) around either encoder
+# (mae_core.encoders.Encoder: the built-in ViT, or timm's, whose register tokens and pre-norm
+# are embeddings too).
 BLOCKS = "encoder.transformer.blocks."
-EMBEDDINGS = ("encoder.patch_embed.", "encoder.positions.", "encoder.cls_token", "encoder_mask_token")
+EMBEDDINGS = ("encoder.patch_embed.", "encoder.positions.", "encoder.cls_token", "encoder_mask_token",
+              "encoder.reg_token", "encoder.norm_pre.")
 
 
 def layer_id(name: str, depth: int) -> int:

@@ -10,22 +10,28 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from mae_core import registry
 from mae_core.config import Config
 from mae_core.corruptions import corrupt
 from mae_core.masking import masked_positions, sample_visible
 from mae_core.patches import unpatchify
-from mae_core.targets import target_moments
 
 from .reconstruction_grid import ReconstructionGrid, render
 
 
 def _to_pixels(patches: torch.Tensor, reference: torch.Tensor, target: str) -> torch.Tensor:
-    """Predictions in target space back to pixel space: a normalised target is shown with each
-    patch's own mean and scale (as He et al.'s visualisations do), the inverse of ``T``."""
-    if target == "raw":
-        return patches
-    mean, scale = target_moments(reference, target)
-    return patches * scale + mean
+    """Predictions in target space back to pixel space: the target's registered inverse (a
+    normalised target is shown with each patch's own mean and scale, as He et al.'s
+    visualisations do)."""
+    inverse = registry.targets.get(target).inverse
+    if inverse is None:
+        raise ValueError(f"target={target} has no inverse: its predictions cannot be drawn as pixels")
+    return inverse(patches, reference)
+
+
+def can_draw(config: Config) -> bool:
+    """Whether predictions of ``config``'s target can be drawn as pixels (it has an inverse)."""
+    return registry.targets.get(config.target).inverse is not None
 
 
 def _images(patches: torch.Tensor, config: Config, image_shape) -> np.ndarray:

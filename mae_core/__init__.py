@@ -27,6 +27,8 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted(_EXPORTS)
+# read from the registries on every access: a plugin loaded later adds its names
+_LIVE = frozenset(("CORRUPTIONS", "MASK_SAMPLINGS", "TARGETS"))
 
 
 def __getattr__(name: str) -> Any:
@@ -35,7 +37,8 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value  # later lookups skip this function
+    if name not in _LIVE:
+        globals()[name] = value  # later lookups skip this function
     return value
 
 

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
+from . import registry
 from .errors import UserError, first_problem
 
 # torch.compile costs 40-60 s on a cold cache (5 s warm) and saved about 10% of a step on the
@@ -243,9 +244,8 @@ class Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
     # data
-    dataset: str = Field("digits", description=(
-        "digits | shapes | photos | cifar10:PATH | folder:PATH | npz:PATH | cifar100:PATH | "
-        "cifar100_coarse:PATH | stl10:PATH | imagenet:PATH"))
+    dataset: str = Field("digits", description=" | ".join(
+        ("digits", "shapes", "photos", *(f"{kind}:PATH" for kind in registry.dataset_formats.names()))))
     train_limit: int | None = Field(None, ge=1, description="use at most this many training images (smoke runs)")
     test_limit: int | None = Field(None, ge=1, description="evaluate on at most this many test images")
     patch_size: int | None = Field(None, ge=1, description="pixels per patch side P; None = the dataset's default")
@@ -262,17 +262,21 @@ class Config(BaseModel):
     objective: Literal["mae", "ae", "dae"] = Field(
         "mae", description="mae: masked risk; ae: reconstruction risk; dae: denoising risk")
     mask_ratio: float = Field(0.75, gt=0.0, lt=1.0, description="ρ; visible count k = int(M·(1-ρ))")
-    mask_sampling: Literal["random", "block", "grid"] = Field("random", description="random = the spec's Uniform(V_k)")
+    mask_sampling: str = Field("random", description="random = the spec's Uniform(V_k)",
+                               json_schema_extra={"registry": "mask_samplers"})
     mask_token_in_encoder: bool = Field(False, description="MAE Table 1c ablation, outside the spec")
-    target: Literal["raw", "norm", "norm_eps"] = Field("raw", description="norm = spec's strict T_norm")
-    corruption: Literal["none", "gaussian", "masking", "salt_pepper"] | None = Field(
-        None, description="None: gaussian for dae, none otherwise")
+    target: str = Field("raw", description="norm = spec's strict T_norm", json_schema_extra={"registry": "targets"})
+    corruption: str | None = Field(
+        None, description="None: gaussian for dae, none otherwise", json_schema_extra={"registry": "corruptions"})
     corruption_level: float = Field(
         0.2, ge=0.0, description="gaussian: noise std in pixel units; others: fraction of pixels")
     corruption_copies: int = Field(
         4, ge=1, description="K copies per test image in the finite law for test_den_risk")
 
     # model (ViT encoder; transformer decoder)
+    encoder: str = Field("vit", description=(
+        "vit (built-in) | timm:NAME, a timm VisionTransformer design such as timm:vit_tiny_patch16_224 "
+        "(random init; pip install 'mae-study[timm]'); its size is still encoder_width/depth/heads"))
     encoder_width: int = Field(64, ge=4, description="D, token width")
     encoder_depth: int = Field(4, ge=1, description="transformer blocks")
     encoder_heads: int = Field(4, ge=1, description="attention heads per encoder block; divides encoder_width")
@@ -336,6 +340,15 @@ class Config(BaseModel):
         except ValidationError as error:
             raise ConfigError(_one_line(error)) from None
 
+    @field_validator("target", "corruption", "mask_sampling")
+    @classmethod
+    def _registered(cls, value: str | None, info: Any) -> str | None:
+        """One of the registry's names (built-in or a loaded plugin's): :mod:`mae_core.registry`."""
+        choices = _choices(cls.model_fields[info.field_name])
+        if value is not None and value not in choices.names():
+            raise ValueError(f"not one of {choices.allowed()}")
+        return value
+
     @field_validator("compile", "cuda_graph", mode="before")
     @classmethod
     def _compile_choice(cls, value: Any) -> Any:
@@ -345,6 +358,14 @@ class Config(BaseModel):
         if isinstance(value, str) and value.lower() in words:
             return words[value.lower()]
         raise ValueError("must be auto, true or false")
+
+    @field_validator("encoder", mode="after")
+    @classmethod
+    def _encoder_name(cls, value: str) -> str:
+        from .encoders import check_encoder
+
+        check_encoder(value)
+        return value
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Config:
@@ -374,12 +395,16 @@ class Config(BaseModel):
         if self.corruption not in (None, "none") and self.objective != "dae":
             raise ValueError(f"corruption={self.corruption} applies only to objective=dae")
         if self.objective == "dae" and self.corruption == "none":
-            raise ValueError("objective=dae needs a corruption: gaussian, masking or salt_pepper")
-        if self.resolved_corruption in ("masking", "salt_pepper") and self.corruption_level > 1:
-            raise ValueError(f"corruption_level={self.corruption_level} must be in [0, 1] for {self.resolved_corruption}")
-        if self.target != "raw" and self.patch_dim < 2:
-            raise ValueError(f"target={self.target} normalises each patch and needs q >= 2 values per "
-                             f"patch; patch_size={self.resolved_patch_size} gives q={self.patch_dim}")
+            others = [name for name in registry.corruptions.names() if name != "none"]
+            raise ValueError(f"objective=dae needs a corruption: {', '.join(others)}")
+        at_most = registry.corruptions.get(self.resolved_corruption).level_at_most
+        if at_most is not None and self.corruption_level > at_most:
+            raise ValueError(f"corruption_level={self.corruption_level} must be in [0, {at_most:g}] "
+                             f"for {self.resolved_corruption}")
+        target = registry.targets.get(self.target)
+        if self.patch_dim < target.min_patch_dim:
+            raise ValueError(f"target={self.target} normalises each patch and needs q >= {target.min_patch_dim} "
+                             f"values per patch; patch_size={self.resolved_patch_size} gives q={self.patch_dim}")
         if self.augment != "none" and self.target == "norm":
             raise ValueError(f"augment={self.augment} with target=norm: a resized crop can hold constant "
                              "patches, where the strict T_norm is undefined; use target=norm_eps")
@@ -435,6 +460,11 @@ class Config(BaseModel):
     def patch_dim(self) -> int:
         """q = P²C."""
         return self.resolved_patch_size ** 2 * self.image_shape[0]
+
+    @property
+    def target_dim(self) -> int:
+        """Values the decoder predicts per patch: the target's ``out_dim``, else q."""
+        return registry.targets.get(self.target).width(self.patch_dim)
 
     @property
     def num_visible(self) -> int:
@@ -568,6 +598,8 @@ def allowed_values(field: FieldInfo) -> str:
     """What a field admits, read from its type: ``mae | ae | dae``, ``number in (0, 1)``,
     ``integer ≥ 1 | null``, ``auto | true | false``."""
     words: list[str] = []
+    if _registry_of(field) is not None:  # a registry's names: built-in, then any plugin's
+        words += list(_choices(field).names())
     for member in _union_members(field.annotation):
         if typing.get_origin(member) is Literal:
             words += [value_text(choice) for choice in typing.get_args(member)]
@@ -576,11 +608,21 @@ def allowed_values(field: FieldInfo) -> str:
         elif typing.get_origin(member) is Annotated:  # a bounded member of a union: int ≥ 0 | all
             kind, *constraints = typing.get_args(member)
             words.append(_bounded(_KIND_WORDS.get(kind, getattr(kind, "__name__", str(kind))), constraints))
-        elif member is not type(None):
+        elif member is not type(None) and not (member is str and _registry_of(field)):
             words.append(_bounded(_KIND_WORDS.get(member, getattr(member, "__name__", str(member))), field.metadata))
     if type(None) in _union_members(field.annotation):
         words.append(NULL)
     return " | ".join(words)
+
+
+def _registry_of(field: FieldInfo) -> str | None:
+    extra = field.json_schema_extra
+    return extra.get("registry") if isinstance(extra, dict) else None
+
+
+def _choices(field: FieldInfo) -> registry.Registry:
+    """The registry whose names a choice field takes (its ``json_schema_extra["registry"]``)."""
+    return getattr(registry, _registry_of(field))
 
 
 def _union_members(annotation: Any) -> tuple[Any, ...]:

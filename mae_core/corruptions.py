@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from . import registry
 from .devices import to_device
-
-CORRUPTIONS = ("none", "gaussian", "masking", "salt_pepper")
 
 
 def _draw(sample: Callable[..., torch.Tensor], x: torch.Tensor, generator: torch.Generator | None,
@@ -57,7 +57,8 @@ def salt_pepper(x: torch.Tensor, level: float, generator: torch.Generator | None
     return torch.where(hit, salt.to(x.dtype), x)
 
 
-# kind -> fn(x [B,M,q] (any shape), level, generator) -> X̃ of x's shape, on x's device
+# the built-in kinds (registered in mae_core.builtin_parts): fn(x [B,M,q] (any shape), level,
+# generator) -> X̃ of x's shape, on x's device
 CORRUPTION_KINDS: dict[str, Callable[..., torch.Tensor]] = {
     "none": no_corruption, "gaussian": gaussian, "masking": masking, "salt_pepper": salt_pepper}
 
@@ -66,12 +67,12 @@ def corrupt(
     x: torch.Tensor, kind: str, level: float, generator: torch.Generator | None = None
 ) -> torch.Tensor:
     """One draw of ``X̃`` for each element of ``x`` (any shape, any device; returns a new tensor
-    on ``x``'s device). The noise is drawn where ``generator`` lives (issue 26: a generator on
-    the trial's device draws with no host sync; a CPU generator gives the same numbers whatever
-    device ``x`` is on)."""
-    if kind not in CORRUPTION_KINDS:
-        raise ValueError(f"corruption={kind!r} is not one of {', '.join(CORRUPTIONS)}")
-    return CORRUPTION_KINDS[kind](x, level, generator)
+    on ``x``'s device). A built-in kind draws its noise where ``generator`` lives (issue 26: a
+    generator on the trial's device draws with no host sync; a CPU generator gives the same
+    numbers whatever device ``x`` is on); any other kind is a plugin's (:mod:`mae_core.registry`)."""
+    if kind in CORRUPTION_KINDS:
+        return CORRUPTION_KINDS[kind](x, level, generator)
+    return registry.corruptions.get(kind).function(x, level, generator)  # a plugin's corruption
 
 
 @dataclass(frozen=True)
@@ -96,3 +97,10 @@ def finite_corruption_law(
     copies = corrupt(repeated.contiguous(), kind, level, generator)
     weights = torch.full((x.shape[0], num_copies), 1.0 / num_copies, dtype=x.dtype)
     return FiniteCorruptionLaw(copies=copies, weights=weights)
+
+
+def __getattr__(name: str) -> Any:
+    """``CORRUPTIONS``: every registered corruption name, built-in and plugins' (:mod:`mae_core.registry`)."""
+    if name == "CORRUPTIONS":
+        return registry.corruptions.names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

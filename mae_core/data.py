@@ -2,7 +2,8 @@
 
 A dataset is named by a spec string: a built-in (``digits``, ``shapes``, ``photos``) or
 ``kind:PATH`` with kind in ``cifar10 | folder | npz | cifar100 | cifar100_coarse | stl10 |
-imagenet`` (readers in :mod:`~mae_core.formats` and :mod:`~mae_core.folders`). Everything is
+imagenet`` (readers in :mod:`~mae_core.formats` and :mod:`~mae_core.folders`) or a plugin's
+format (``@dataset_format``, :mod:`mae_core.registry`). Everything is
 loaded lazily and cached per (spec, seed, RAM ceiling). Images are kept as stored
 (:class:`~mae_core.images.ImageStore`: uint8 where the data are bytes, a quarter of float32's
 memory) and become float32 ``[N, C, H, W]`` a batch at a time, bitwise the values the loaders
@@ -43,21 +44,32 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .formats import CIFAR_SHAPE, STL10_SHAPE, DataError, Splits
+from . import registry
+from .formats import DataError, Splits
 from .images import BYTE_VALUES, SIXTEENTHS, ImageStore
 
 BUILTIN_DATASETS: tuple[str, ...] = ("digits", "shapes", "photos")
-FILE_DATASETS: tuple[str, ...] = ("cifar10", "folder", "npz", "cifar100", "cifar100_coarse", "stl10", "imagenet")
-# Patch sizes for datasets whose image size is fixed; folder/npz/imagenet depend on the files:
-# default_patch_size.
-DEFAULT_PATCH_SIZE: dict[str, int] = {"digits": 2, "shapes": 4, "photos": 4, "cifar10": 4,
-                                      "cifar100": 4, "cifar100_coarse": 4, "stl10": 8}
-ALLOWED_FORMS = ("digits | shapes | photos | cifar10:PATH | folder:PATH | npz:PATH | cifar100:PATH | "
-                 "cifar100_coarse:PATH | stl10:PATH | imagenet:PATH")
+# The file formats (``kind:PATH``) are the registry's (:mod:`mae_core.registry`, built-ins in
+# :mod:`mae_core.builtin_parts`): FILE_DATASETS, DEFAULT_PATCH_SIZE and ALLOWED_FORMS are read
+# from it on each access (module ``__getattr__`` below), so a plugin's format joins them.
 DEFAULT_RAM_MB = 4096  # the config's data_ram_mb default
 
-_FIXED_SHAPES = {"digits": (1, 8, 8), "shapes": (1, 16, 16), "photos": (3, 32, 32), "cifar10": CIFAR_SHAPE,
-                 "cifar100": CIFAR_SHAPE, "cifar100_coarse": CIFAR_SHAPE, "stl10": STL10_SHAPE}
+_BUILTIN_SHAPES = {"digits": (1, 8, 8), "shapes": (1, 16, 16), "photos": (3, 32, 32)}
+_BUILTIN_PATCH_SIZE = {"digits": 2, "shapes": 4, "photos": 4}
+
+
+def __getattr__(name: str):
+    formats = registry.dataset_formats
+    if name == "FILE_DATASETS":
+        return formats.names()
+    if name == "DEFAULT_PATCH_SIZE":  # where the image size is fixed; the others: default_patch_size
+        return {**_BUILTIN_PATCH_SIZE, **{kind: formats.get(kind).patch_size for kind in formats.names()
+                                          if formats.get(kind).patch_size is not None}}
+    if name == "ALLOWED_FORMS":
+        return " | ".join((*BUILTIN_DATASETS, *(f"{kind}:PATH" for kind in formats.names())))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 # Colour photos shipped inside the wheels (no network): skimage first, then sklearn's two samples.
 _SKIMAGE_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "hubble_deep_field",
                    "immunohistochemistry", "retina")
@@ -109,15 +121,16 @@ class Dataset:
 
 def _parse(spec: str) -> tuple[str, Path | None]:
     """Split a spec into (kind, path); path is None for built-ins. Raises DataError."""
+    allowed = __getattr__("ALLOWED_FORMS")
     if not isinstance(spec, str):
-        raise DataError(f"dataset spec must be a string, got {type(spec).__name__}; allowed: {ALLOWED_FORMS}")
+        raise DataError(f"dataset spec must be a string, got {type(spec).__name__}; allowed: {allowed}")
     if spec in BUILTIN_DATASETS:
         return spec, None
     kind, sep, path = spec.partition(":")
-    if not sep or kind not in FILE_DATASETS:
-        raise DataError(f"unknown dataset {spec!r}; allowed: {ALLOWED_FORMS}")
+    if not sep or kind not in registry.dataset_formats:
+        raise DataError(f"unknown dataset {spec!r}; allowed: {allowed}")
     if not path:
-        raise DataError(f"dataset {spec!r} has an empty PATH; allowed: {ALLOWED_FORMS}")
+        raise DataError(f"dataset {spec!r} has an empty PATH; allowed: {allowed}")
     p = Path(path).expanduser()
     if not p.exists():
         raise DataError(f"dataset path does not exist: {p} (from {spec!r})")
@@ -147,23 +160,18 @@ def dataset_image_shape(spec: str) -> tuple[int, int, int]:
     STL-10; an npz's from the ``images`` header; a folder's from the first image's header
     (grey folders have every header read, to find a colour one). Cached per (spec, mtime)."""
     kind, path = _parse(spec)
-    if kind in _FIXED_SHAPES:
-        return _FIXED_SHAPES[kind]
+    if kind in _BUILTIN_SHAPES:
+        return _BUILTIN_SHAPES[kind]
     return _file_image_shape(spec, _stamp(path))
 
 
 @functools.lru_cache(maxsize=32)
 def _file_image_shape(spec: str, _stamp: tuple) -> tuple[int, int, int]:
-    from .folders import class_folders, folder_image_shape, imagenet_image_shape
-    from .formats import npz_header, npz_layout
-
     kind, path = _parse(spec)
-    if kind == "npz":
-        shape, _ = npz_header(path, "images")
-        return tuple(int(v) for v in npz_layout(shape, path, "images")[1])
-    if kind == "folder":
-        return folder_image_shape([f for _, files in class_folders(path) for f in files])
-    return imagenet_image_shape(path)
+    entry = registry.dataset_formats.get(kind)
+    if entry.image_shape is not None:
+        return tuple(entry.image_shape(path))
+    return entry.load(path, 2**62).train.image_shape  # a format without a header probe: read once
 
 
 def default_patch_size(spec: str) -> int:
@@ -172,9 +180,10 @@ def default_patch_size(spec: str) -> int:
     224 px, He et al.'s ViT/16; 4 at Tiny-ImageNet's 64 px); for folder/npz (and an imagenet
     folder none of those fits), 4 if H and W are divisible by 4 and at least 8, else 2 if both
     are even, else 1."""
-    kind, _ = _parse(spec)
-    if kind in DEFAULT_PATCH_SIZE:
-        return DEFAULT_PATCH_SIZE[kind]
+    kind, path = _parse(spec)
+    fixed = _BUILTIN_PATCH_SIZE[kind] if path is None else registry.dataset_formats.get(kind).patch_size
+    if fixed is not None:
+        return fixed
     _, h, w = dataset_image_shape(spec)
     if kind == "imagenet":
         for p in (4, 8, 16):
@@ -234,19 +243,7 @@ def _builtin(kind: str, seed: int) -> Splits:
 
 
 def _read_files(kind: str, path: Path, ram_bytes: int) -> Splits:
-    from . import folders, formats
-
-    if kind == "cifar10":
-        return formats.load_cifar10(path)
-    if kind in ("cifar100", "cifar100_coarse"):
-        return formats.load_cifar100(path, coarse=kind == "cifar100_coarse")
-    if kind == "stl10":
-        return formats.load_stl10(path, ram_bytes)
-    if kind == "npz":
-        return formats.load_npz(path, ram_bytes)
-    if kind == "folder":
-        return folders.load_folder(path, ram_bytes)
-    return folders.load_imagenet(path, ram_bytes)
+    return registry.dataset_formats.get(kind).load(path, ram_bytes)
 
 
 # ------------------------------------------------------------------------- duplicates

@@ -338,3 +338,32 @@ def _npz_labels(a: np.ndarray, path: Path, key: str) -> np.ndarray:
     if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
         raise DataError(f"npz {path}: {key!r} must be 1-D integers, got {a.dtype} {a.shape}")
     return a.astype(np.int64)
+
+
+# ------------------------------------------------------------------ a plugin's arrays
+
+
+def array_splits(arrays: object, where: str) -> Splits:
+    """A ``@dataset_format`` function's ``(train_images, train_labels, test_images,
+    test_labels)``, images uint8 ``[N,H,W,C]`` and labels int ``[N]`` -> :class:`Splits` of
+    ``[N,C,H,W]`` stores (``byte/255``). Anything else is one line naming ``where``."""
+    if not isinstance(arrays, (tuple, list)) or len(arrays) != 4:
+        raise DataError(f"{where}: the format must return (train_images, train_labels, test_images, "
+                        f"test_labels), got {type(arrays).__name__}")
+    stores, labels = [], []
+    for split, (images, y) in (("train", arrays[:2]), ("test", arrays[2:])):
+        images, y = np.asarray(images), np.asarray(y)
+        if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] not in (1, 3) or not len(images):
+            raise DataError(f"{where}: {split} images must be uint8 [N,H,W,C] with N >= 1 and C in (1, 3), "
+                            f"got {images.dtype} {images.shape}")
+        if y.shape != (len(images),) or not np.issubdtype(y.dtype, np.integer):
+            raise DataError(f"{where}: {split} labels must be {len(images)} integers, got {y.dtype} {y.shape}")
+        stores.append(ImageStore(np.ascontiguousarray(images.transpose(0, 3, 1, 2)), BYTE_VALUES))
+        labels.append(y.astype(np.int64))
+    if stores[0].image_shape != stores[1].image_shape:
+        raise DataError(f"{where}: test images are {stores[1].image_shape} but training images are "
+                        f"{stores[0].image_shape} (C, H, W)")
+    all_labels = np.concatenate(labels)
+    names = tuple(str(i) for i in range(int(all_labels.max()) + 1))
+    check_labels(all_labels, len(names), Path(where))
+    return Splits(stores[0], labels[0], stores[1], labels[1], names)

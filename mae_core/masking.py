@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from typing import Any
 
 import torch
 
-MASK_SAMPLINGS = ("random", "block", "grid")
+from . import registry
 
 
 def num_visible_for(num_patches: int, mask_ratio: float) -> int:
@@ -79,11 +79,6 @@ def _grid(batch_size: int, num_patches: int, num_visible: int, grid: tuple[int, 
     return by_phase[torch.randint(0, phases, (batch_size,), generator=generator)]
 
 
-_SAMPLERS: dict[str, Callable[..., torch.Tensor]] = {
-    "random": _random, "block": _block, "grid": _grid,
-}
-
-
 def sample_visible(
     batch_size: int,
     num_patches: int,
@@ -100,12 +95,11 @@ def sample_visible(
     """
     if not 1 <= num_visible < num_patches:
         raise ValueError(f"num_visible={num_visible} must satisfy 1 <= k < M={num_patches}")
-    if scheme not in _SAMPLERS:
-        raise ValueError(f"mask_sampling={scheme!r} is not one of {', '.join(MASK_SAMPLINGS)}")
+    sampler = registry.mask_samplers.get(scheme).function  # an unknown scheme: one line, the choices
     if grid is None:
         side = math.isqrt(num_patches)
         grid = (side, num_patches // side) if side * side == num_patches else (1, num_patches)
-    visible = _SAMPLERS[scheme](batch_size, num_patches, num_visible, grid, generator)
+    visible = sampler(batch_size, num_patches, num_visible, grid, generator)
     return visible.sort(dim=1).values
 
 
@@ -121,3 +115,10 @@ def masked_positions(visible: torch.Tensor, num_patches: int) -> torch.Tensor:
     """Boolean ``[B,M]`` that is True exactly at the masked positions ``[M] \\ V``."""
     masked = torch.ones(visible.shape[0], num_patches, dtype=torch.bool, device=visible.device)
     return masked.scatter(1, visible, False)
+
+
+def __getattr__(name: str) -> Any:
+    """``MASK_SAMPLINGS``: every registered sampler name, built-in and plugins' (:mod:`mae_core.registry`)."""
+    if name == "MASK_SAMPLINGS":
+        return registry.mask_samplers.names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

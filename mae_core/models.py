@@ -21,145 +21,16 @@ With ``class_token=True`` the MAE computes what He et al.'s ``models_mae.py`` co
 
 from __future__ import annotations
 
-
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-# ----------------------------------------------------------------------------- helpers
+from .encoders import build_encoder
+from .transformer import Positions, Transformer, ViTEncoder, gather_positions, init_weights
 
 
-def sincos_1d(width: int, positions: torch.Tensor) -> torch.Tensor:
-    """Fixed sine-cosine code of integer positions ``[L] -> [L, width]``."""
-    omega = 1.0 / 10000 ** (torch.arange(width // 2, dtype=torch.float64) / (width / 2))
-    angles = positions.to(torch.float64)[:, None] * omega[None, :]
-    return torch.cat([angles.sin(), angles.cos()], dim=1).float()
-
-
-def sincos_2d(width: int, grid: tuple[int, int]) -> torch.Tensor:
-    """2-D sine-cosine positions of a row-major grid ``-> [M, width]``: the first half of the width
-    codes the column, the second the row, in that order as He et al.'s ``get_2d_sincos_pos_embed``
-    (its ``meshgrid(grid_w, grid_h)`` puts the column first), so weights trained by their code or
-    by ``transformers``' ViTMAE see the positions they were trained with."""
-    rows, cols = grid
-    r = torch.arange(rows).repeat_interleave(cols)
-    c = torch.arange(cols).repeat(rows)
-    return torch.cat([sincos_1d(width // 2, c), sincos_1d(width // 2, r)], dim=1)
-
-
-class Positions(nn.Module):
-    """Position information for the M slots: fixed sine-cosine (default) or learned."""
-
-    def __init__(self, width: int, grid: tuple[int, int], kind: str):
-        super().__init__()
-        table = sincos_2d(width, grid)
-        if kind == "sincos":
-            self.register_buffer("table", table, persistent=False)
-        elif kind == "learned":
-            self.table = nn.Parameter(0.02 * torch.randn_like(table))
-        else:
-            raise ValueError(f"pos_embed={kind!r} is not one of sincos, learned")
-
-    def forward(self) -> torch.Tensor:  # [M, width]
-        return self.table
-
-
-# ------------------------------------------------------------------------------ blocks
-
-
-class Attention(nn.Module):
-    def __init__(self, width: int, heads: int):
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(width, 3 * width)
-        self.proj = nn.Linear(width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B,L,D] -> [B,L,D]
-        batch, length, width = x.shape
-        qkv = self.qkv(x).view(batch, length, 3, self.heads, width // self.heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B,heads,L,D/heads]
-        out = F.scaled_dot_product_attention(q, k, v)
-        return self.proj(out.transpose(1, 2).reshape(batch, length, width))
-
-
-# He et al. build every block with ``partial(nn.LayerNorm, eps=1e-6)`` (torch's default is 1e-5;
-# transformers' ViTMAEConfig's is 1e-12, so a port must name 1e-6: transformers_port does).
-LAYER_NORM_EPS = 1e-6
-
-
-class Block(nn.Module):
-    """Pre-norm transformer block (ViT)."""
-
-    def __init__(self, width: int, heads: int, mlp_ratio: float):
-        super().__init__()
-        hidden = int(width * mlp_ratio)
-        self.norm1 = nn.LayerNorm(width, eps=LAYER_NORM_EPS)
-        self.attn = Attention(width, heads)
-        self.norm2 = nn.LayerNorm(width, eps=LAYER_NORM_EPS)
-        self.mlp = nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
-
-
-class Transformer(nn.Module):
-    """``depth`` blocks then a final LayerNorm: ``[B,L,D] -> [B,L,D]``."""
-
-    def __init__(self, width: int, depth: int, heads: int, mlp_ratio: float):
-        super().__init__()
-        self.blocks = nn.ModuleList(Block(width, heads, mlp_ratio) for _ in range(depth))
-        self.norm = nn.LayerNorm(width, eps=LAYER_NORM_EPS)
-
-    def forward(self, x: torch.Tensor, blocks: int | None = None) -> torch.Tensor:
-        """``blocks``: apply only the first ``blocks`` blocks (1-based count, in [1, depth]), then
-        the final norm; None = all (the layer-wise probes' features, ``eval.probe_blocks``)."""
-        if blocks is not None and not 1 <= blocks <= len(self.blocks):
-            raise ValueError(f"blocks={blocks} must lie in [1, {len(self.blocks)}] (the depth)")
-        for block in self.blocks if blocks is None else self.blocks[:blocks]:
-            x = block(x)
-        return self.norm(x)
-
-
-def init_weights(module: nn.Module) -> None:
-    """He et al.'s initialisation: xavier-uniform linears, zero biases, unit LayerNorms."""
-    for m in module.modules():
-        if isinstance(m, nn.Linear):
-            nn.init.xavier_uniform_(m.weight)
-            nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.LayerNorm):
-            nn.init.ones_(m.weight)
-            nn.init.zeros_(m.bias)
-
-
-def gather_positions(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``x[b, index[b, i]]``: ``[B,M,*]`` with ``[B,k]`` -> ``[B,k,*]``."""
-    return torch.gather(x, 1, index[..., None].expand(-1, -1, x.shape[-1]))
-
-
-# ----------------------------------------------------------------------------- encoder
-
-
-class ViTEncoder(nn.Module):
-    """Patch embedding + positions + transformer; optionally a class token in front."""
-
-    def __init__(self, patch_dim: int, grid: tuple[int, int], width: int, depth: int,
-                 heads: int, mlp_ratio: float, pos_embed: str, class_token: bool):
-        super().__init__()
-        self.patch_embed = nn.Linear(patch_dim, width)
-        self.positions = Positions(width, grid, pos_embed)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, width)) if class_token else None
-        self.transformer = Transformer(width, depth, heads, mlp_ratio)
-
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor,
-                blocks: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """Embedded tokens ``[B,L,D]`` at grid ``positions [B,L]`` -> (class token ``[B,D]`` or None, tokens ``[B,L,D]``);
-        ``blocks``: after the first ``blocks`` blocks (final norm applied; see :class:`Transformer`)."""
-        x = tokens + self.positions()[positions]
-        if self.cls_token is None:
-            return None, self.transformer(x, blocks=blocks)
-        x = self.transformer(torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1), blocks=blocks)
-        return x[:, 0], x[:, 1:]
+def _own_init(encoder: nn.Module) -> nn.Module | None:
+    """The encoder if it keeps its own initialisation (``init_by_model`` False), else None."""
+    return None if getattr(encoder, "init_by_model", True) else encoder
 
 
 # What ``features`` hands a probe: ``mean`` the mean-pooled tokens ``[B,D]``, ``cls`` the class
@@ -192,13 +63,18 @@ class MaskedAutoencoder(nn.Module):
     def __init__(self, *, patch_dim: int, grid: tuple[int, int], encoder_width: int,
                  encoder_depth: int, encoder_heads: int, decoder_width: int, decoder_depth: int,
                  decoder_heads: int, mlp_ratio: float = 4.0, pos_embed: str = "sincos",
-                 class_token: bool = False, mask_token_in_encoder: bool = False):
+                 class_token: bool = False, mask_token_in_encoder: bool = False,
+                 encoder: nn.Module | None = None, out_dim: int | None = None):
+        """``encoder``: an :class:`~mae_core.encoders.Encoder` built for this grid (its width is
+        the decoder's input); None builds the built-in ViT from the ``encoder_*`` arguments.
+        ``out_dim``: the target's width per patch (None: ``patch_dim``)."""
         super().__init__()
         self.num_patches = grid[0] * grid[1]
         self.patch_dim = patch_dim
         self.mask_token_in_encoder = mask_token_in_encoder
-        self.encoder = ViTEncoder(patch_dim, grid, encoder_width, encoder_depth, encoder_heads,
-                                  mlp_ratio, pos_embed, class_token)
+        self.encoder = encoder if encoder is not None else ViTEncoder(
+            patch_dim, grid, encoder_width, encoder_depth, encoder_heads, mlp_ratio, pos_embed, class_token)
+        encoder_width = self.encoder.width
         # Table 1c ablation only: a mask token in the encoder's width, outside the spec.
         self.encoder_mask_token = (nn.Parameter(torch.zeros(encoder_width))
                                    if mask_token_in_encoder else None)
@@ -209,9 +85,10 @@ class MaskedAutoencoder(nn.Module):
             self.mask_token = nn.Parameter(torch.zeros(decoder_width))  # the spec's shared m
         self.decoder_positions = Positions(decoder_width, grid, pos_embed)
         self.decoder = Transformer(decoder_width, decoder_depth, decoder_heads, mlp_ratio)
-        self.decoder_pred = nn.Linear(decoder_width, patch_dim)
-        init_weights(self)
-        for token in (self.mask_token, self.encoder_mask_token, self.encoder.cls_token):
+        self.decoder_pred = nn.Linear(decoder_width, out_dim or patch_dim)  # the target's width
+        init_weights(self, keep=_own_init(self.encoder))
+        encoder_cls = self.encoder.cls_token if _own_init(self.encoder) is None else None
+        for token in (self.mask_token, self.encoder_mask_token, encoder_cls):
             if token is not None:
                 nn.init.normal_(token, std=0.02)
 
@@ -277,19 +154,21 @@ class BottleneckAutoencoder(nn.Module):
     def __init__(self, *, patch_dim: int, grid: tuple[int, int], encoder_width: int,
                  encoder_depth: int, encoder_heads: int, decoder_width: int, decoder_depth: int,
                  decoder_heads: int, latent_dim: int, mlp_ratio: float = 4.0,
-                 pos_embed: str = "sincos", class_token: bool = False):
+                 pos_embed: str = "sincos", class_token: bool = False, encoder: nn.Module | None = None,
+                 out_dim: int | None = None):
         super().__init__()
         self.num_patches = grid[0] * grid[1]
         self.patch_dim = patch_dim
-        self.encoder = ViTEncoder(patch_dim, grid, encoder_width, encoder_depth, encoder_heads,
-                                  mlp_ratio, pos_embed, class_token)
+        self.encoder = encoder if encoder is not None else ViTEncoder(
+            patch_dim, grid, encoder_width, encoder_depth, encoder_heads, mlp_ratio, pos_embed, class_token)
+        encoder_width = self.encoder.width
         self.to_latent = nn.Linear(encoder_width, latent_dim)
         self.from_latent = nn.Linear(latent_dim, decoder_width)
         self.decoder_positions = Positions(decoder_width, grid, pos_embed)
         self.decoder = Transformer(decoder_width, decoder_depth, decoder_heads, mlp_ratio)
-        self.decoder_pred = nn.Linear(decoder_width, patch_dim)
-        init_weights(self)
-        if self.encoder.cls_token is not None:
+        self.decoder_pred = nn.Linear(decoder_width, out_dim or patch_dim)  # the target's width
+        init_weights(self, keep=_own_init(self.encoder))
+        if self.encoder.cls_token is not None and _own_init(self.encoder) is None:
             nn.init.normal_(self.encoder.cls_token, std=0.02)
 
     def _encode(self, patches: torch.Tensor, blocks: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -334,7 +213,7 @@ class FeatureEncoder(nn.Module):
     (the decoder, and an MAE's mask tokens, take no part when every patch is visible).
     """
 
-    def __init__(self, encoder: ViTEncoder, num_patches: int):
+    def __init__(self, encoder: nn.Module, num_patches: int):
         super().__init__()
         self.encoder = encoder
         self.num_patches = num_patches
@@ -354,9 +233,11 @@ def feature_encoder(model: nn.Module) -> FeatureEncoder:
 
 def variant_name(objective: str, encoder_width: int, encoder_depth: int, decoder_width: int,
                  decoder_depth: int, latent_dim: int | None = None,
-                 mask_token_in_encoder: bool = False) -> str:
-    """A name that says what the model is, e.g. ``mae_vit_w64d4_dec32d2`` (used in run names)."""
-    name = f"{objective}_vit_w{encoder_width}d{encoder_depth}_dec{decoder_width}d{decoder_depth}"
+                 mask_token_in_encoder: bool = False, encoder: str = "vit") -> str:
+    """A name that says what the model is, e.g. ``mae_vit_w64d4_dec32d2`` (used in run names;
+    ``mae_timm-vit_tiny_patch16_224_w64d4_dec32d2`` for ``encoder=timm:vit_tiny_patch16_224``)."""
+    kind = encoder.replace(":", "-")
+    name = f"{objective}_{kind}_w{encoder_width}d{encoder_depth}_dec{decoder_width}d{decoder_depth}"
     if objective in ("ae", "dae"):
         name += f"_z{latent_dim}"
     if mask_token_in_encoder:
@@ -367,13 +248,16 @@ def variant_name(objective: str, encoder_width: int, encoder_depth: int, decoder
 
 
 def build_model(config) -> nn.Module:
-    """The model a :class:`~mae_core.config.Config` describes (MAE, or the AE/DAE bottleneck pair)."""
+    """The model a :class:`~mae_core.config.Config` describes (MAE, or the AE/DAE bottleneck pair)
+    around the encoder its ``encoder`` key names (:func:`mae_core.encoders.build_encoder`)."""
     common = dict(
+        encoder=build_encoder(config, config.num_patches, config.patch_dim),
         patch_dim=config.patch_dim, grid=config.grid,
         encoder_width=config.encoder_width, encoder_depth=config.encoder_depth,
         encoder_heads=config.encoder_heads, decoder_width=config.decoder_width,
         decoder_depth=config.decoder_depth, decoder_heads=config.decoder_heads,
         mlp_ratio=config.mlp_ratio, pos_embed=config.pos_embed, class_token=config.class_token,
+        out_dim=config.target_dim,
     )
     if config.objective == "mae":
         return MaskedAutoencoder(**common, mask_token_in_encoder=config.mask_token_in_encoder)
@@ -383,4 +267,4 @@ def build_model(config) -> nn.Module:
 def config_variant_name(config) -> str:
     return variant_name(config.objective, config.encoder_width, config.encoder_depth,
                         config.decoder_width, config.decoder_depth, config.latent_dim,
-                        config.mask_token_in_encoder)
+                        config.mask_token_in_encoder, config.encoder)

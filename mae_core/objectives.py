@@ -28,7 +28,8 @@ from .targets import apply_target
 
 
 def masked_mse(pred: torch.Tensor, target: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
-    """Per-example ``ℓ_MAE``: pred, target ``[B,M,q]``, visible ``[B,k]`` -> ``[B]``.
+    """Per-example ``ℓ_MAE``: pred, target ``[B,M,d]``, visible ``[B,k]`` -> ``[B]``; ``d`` is
+    the target's width (q, or a registered target's ``out_dim``), the divisor ``(M-k)·d``.
 
     Only masked positions enter; predictions at visible positions get zero gradient.
     """

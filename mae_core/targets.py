@@ -13,13 +13,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from . import registry
 from .errors import UserError
 
-TARGETS = ("raw", "norm", "norm_eps")
 NORM_EPS = 1e-6  # He et al.'s reference code (models_mae.py, forward_loss)
 
 
@@ -73,6 +75,20 @@ def require_norm_domain(patches: torch.Tensor, what: str = "the training set") -
         raise_outside_norm_domain(report, what)
 
 
+def require_norm_domain_chunks(chunks: Iterable[torch.Tensor], what: str) -> None:
+    """:func:`require_norm_domain` over a set given a part ``[n,M,q]`` at a time: one error for
+    the whole set, its first bad image counted from the start of the set."""
+    offset, first, totals = 0, None, [0, 0, 0]  # images, bad images, bad patches
+    for patches in chunks:
+        report = norm_domain_report(patches)
+        if first is None and report.first_bad is not None:
+            first = (offset + report.first_bad[0], report.first_bad[1])
+        offset += report.num_images
+        totals = [totals[0] + report.num_images, totals[1] + report.num_bad_images,
+                  totals[2] + report.num_bad_patches]
+    raise_outside_norm_domain(NormDomainReport(*totals, first_bad=first), what)
+
+
 def raise_outside_norm_domain(report: NormDomainReport, what: str) -> None:
     """Raise the :class:`NormDomainError` that a failed report calls for (one line)."""
     if not report.ok:
@@ -99,15 +115,19 @@ def target_moments(patches: torch.Tensor, kind: str) -> tuple[torch.Tensor, torc
 
 
 def apply_target(patches: torch.Tensor, kind: str) -> torch.Tensor:
-    """``T(x_j)`` for every patch: ``[B,M,q] -> [B,M,q]``.
+    """``T(x_j)`` for every patch: ``[B,M,q] -> [B,M,out_dim or q]`` (the registered target ``kind``).
 
-    ``norm`` raises :class:`NormDomainError` naming the offending image and patch.
+    A target with a domain check refuses patches outside it first: ``norm`` raises
+    :class:`NormDomainError` naming the offending image and patch.
     """
-    if kind == "raw":
-        return patches
-    if kind not in TARGETS:
-        raise ValueError(f"target={kind!r} is not one of {', '.join(TARGETS)}")
-    if kind == "norm":
-        require_norm_domain(patches, what="these images")
-    mean, scale = target_moments(patches, kind)
-    return (patches - mean) / scale
+    entry = registry.targets.get(kind)
+    if entry.domain_check is not None:
+        entry.domain_check([patches], "these images")
+    return entry.function(patches)
+
+
+def __getattr__(name: str) -> Any:
+    """``TARGETS``: every registered target name, built-in and plugins' (:mod:`mae_core.registry`)."""
+    if name == "TARGETS":
+        return registry.targets.names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -38,6 +38,7 @@ from warnings import warn
 import torch
 from torch import nn
 
+from . import registry
 from .config import Config
 from .corruptions import corrupt
 from .augment import augment
@@ -49,7 +50,6 @@ from .models import build_model
 from .objectives import masked_mse, reconstruction_mse
 from .patches import patchify
 from .precision import autocast, grad_scaler, resolve_precision
-from .targets import NormDomainReport, norm_domain_report, raise_outside_norm_domain, target_moments
 
 
 class NonFiniteError(FloatingPointError):
@@ -123,11 +123,10 @@ def prepare_data(config: Config) -> PatchData:
     duplicates = dataset.train_test_duplicates
     if duplicates and (config.train_limit is not None or config.test_limit is not None):
         duplicates = count_split_duplicates(train_images, test_images, also=also)  # among the images kept
-    if config.target == "norm":
-        for images, split in ((train_images, "training set"), (pretrain_images, "unlabelled set"),
-                              (test_images, "test set")):
-            if images is not None:
-                require_norm_domain_chunks(images, p, what=f"the {split} of dataset={config.dataset}")
+    for images, split in ((train_images, "training set"), (pretrain_images, "unlabelled set"),
+                          (test_images, "test set")):
+        if images is not None:
+            require_target_domain(images, p, config.target, what=f"the {split} of dataset={config.dataset}")
     return PatchData(
         train_images=train_images, train_labels=dataset.train_labels[: config.train_limit],
         test_images=test_images, test_labels=dataset.test_labels[: config.test_limit],
@@ -136,18 +135,12 @@ def prepare_data(config: Config) -> PatchData:
     )
 
 
-def require_norm_domain_chunks(images: ImageStore, patch_size: int, what: str) -> None:
-    """:func:`~mae_core.targets.require_norm_domain` over a store read a chunk at a time (the
-    image named in the error counts from the start of the store)."""
-    reports = [(offset, norm_domain_report(patchify(torch.from_numpy(images.to_float(stored)), patch_size)))
-               for offset, stored in images.chunks()]
-    bad = [(offset, report) for offset, report in reports if not report.ok]
-    if bad:
-        offset, first = bad[0]
-        image, patch = first.first_bad
-        raise_outside_norm_domain(NormDomainReport(
-            num_images=len(images), num_bad_images=sum(r.num_bad_images for _, r in reports),
-            num_bad_patches=sum(r.num_bad_patches for _, r in reports), first_bad=(offset + image, patch)), what)
+def require_target_domain(images: ImageStore, patch_size: int, kind: str, what: str) -> None:
+    """The target's domain check (``norm``: every patch in ``D_norm``) over a store, read a
+    chunk at a time; a target without one accepts any images."""
+    check = registry.targets.get(kind).domain_check
+    if check is not None:
+        check((patchify(torch.from_numpy(images.to_float(stored)), patch_size) for _, stored in images.chunks()), what)
 
 
 # ------------------------------------------------------------------- schedule, optimiser
@@ -649,8 +642,8 @@ def train(
     # The pretraining images as stored (uint8: a quarter of float32) live on the device when
     # they are in memory; a batch is gathered and converted there, and only the B indices and
     # visible sets cross each step. Images on disk are read batch by batch instead.
-    if config.target == "norm":  # every image once, as apply_target on the whole set did
-        require_norm_domain_chunks(data.pretraining, data.patch_size, what="the training set")
+    # every image once, as apply_target on the whole set did
+    require_target_domain(data.pretraining, data.patch_size, config.target, what="the training set")
     peak = config.actual_lr
 
     def lr_at(t: int) -> float:
@@ -732,13 +725,10 @@ def hold_for_tests(done: int, should_stop: Callable[[], bool] | None, limit_s: f
 
 
 def batch_target(patches: torch.Tensor, kind: str) -> torch.Tensor:
-    """``T(x_j)`` of a batch [B,M,q], the arithmetic of :func:`apply_target` without its
-    ``D_norm`` check: :func:`prepare_data` checked every training image once, and a check per
-    step would wait for the GPU every step."""
-    if kind == "raw":
-        return patches
-    mean, scale = target_moments(patches, kind)
-    return (patches - mean) / scale
+    """``T(x_j)`` of a batch ``[B,M,q] -> [B,M,out_dim or q]``: the registered target's function
+    without its domain check (:func:`prepare_data` checked every training image once, and a
+    check per step would wait for the GPU every step)."""
+    return registry.targets.get(kind).function(patches)
 
 
 def changed_keys(config: Config, saved: dict[str, Any]) -> list[str]:

@@ -7,7 +7,7 @@ forced through ``noise``; ``tests/test_transformers_port.py`` checks that on enc
 decoder tokens, predictions, the loss and the fixed position tables. The copy needs no
 rearranging of the sine-cosine tables (both put the column code first) and no LayerNorm change
 on our side; the one setting that must be named is ``layer_norm_eps``: ``ViTMAEConfig``'s
-default is 1e-12, He et al.'s (and ours, :data:`~mae_core.models.LAYER_NORM_EPS`) 1e-6.
+default is 1e-12, He et al.'s (and ours, :data:`~mae_core.transformer.LAYER_NORM_EPS`) 1e-6.
 
 Weights go one way only, ours -> theirs. ``transformers`` is imported inside the functions, so
 the engine runs without it (it is in the ``test`` and ``bench`` extras).
@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .models import LAYER_NORM_EPS, MaskedAutoencoder, Transformer
+from .models import MaskedAutoencoder
+from .transformer import LAYER_NORM_EPS, Transformer
 
 if TYPE_CHECKING:
     from transformers import ViTMAEConfig, ViTMAEForPreTraining
@@ -49,7 +50,7 @@ def vitmae_config(config: Config, attn_implementation: str = "sdpa") -> ViTMAECo
         image_size=height, patch_size=config.resolved_patch_size, num_channels=channels,
         hidden_size=config.encoder_width, num_hidden_layers=config.encoder_depth,
         num_attention_heads=config.encoder_heads,
-        intermediate_size=int(config.encoder_width * config.mlp_ratio),  # as models.Block
+        intermediate_size=int(config.encoder_width * config.mlp_ratio),  # as transformer.Block
         decoder_hidden_size=config.decoder_width, decoder_num_hidden_layers=config.decoder_depth,
         decoder_num_attention_heads=config.decoder_heads,
         decoder_intermediate_size=int(config.decoder_width * config.mlp_ratio),

@@ -11,8 +11,6 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
-from .search import SEARCH_SEED
-
 
 class ArmSearch(Searcher):
     """One Optuna study per arm of the grid: ``samples`` suggestions each, every suggestion run
@@ -24,7 +22,7 @@ class ArmSearch(Searcher):
     """
 
     def __init__(self, arms: list[dict[str, Any]], seeds: list[int], space: dict[str, Any], *,
-                 samples: int, metric: str, mode: str, seed: int = SEARCH_SEED):
+                 samples: int, metric: str, mode: str, seed: int):
         import optuna
         from ray.tune.search.optuna import OptunaSearch
 

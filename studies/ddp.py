@@ -31,6 +31,7 @@ def worker_loop(loop: dict[str, Any]) -> None:
     from evaluation.baselines import BaselineCache
     from mae_core.config import Config
     from mae_core.distributed import Shard
+    from mae_core.plugins import load_plugins
     from mae_core.train import NonFiniteError, prepare_data, train
 
     from .trial import run_trial
@@ -39,6 +40,7 @@ def worker_loop(loop: dict[str, Any]) -> None:
     context = ray.train.get_context()
     device = ray.train.torch.get_device()
     shard = Shard(context.get_world_rank(), context.get_world_size(), device=str(device))
+    load_plugins(loop.get("plugins") or [])  # the driver's plugins, before the config names their parts
     config = Config(**loop["keys"])
     data = prepare_data(config)
     checkpoint = Path(loop["checkpoint_path"])

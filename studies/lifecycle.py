@@ -13,6 +13,8 @@ MLflow client calls, and the fluent active run of a working trial; Ray is import
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -174,3 +176,21 @@ def _copy_checkpoints(source: Path, destination: Path) -> None:
     for name in CHECKPOINT_FILES:
         if (source / name).exists():
             shutil.copy2(source / name, destination / name)
+
+
+# ------------------------------------------------------------- the study's state (study.json)
+
+
+STATE_FILE = "study.json"  # in the study's output folder: parent run id, Ray folder, grid
+
+
+def load_state(out_dir: Path) -> dict[str, Any] | None:
+    path = out_dir / STATE_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def save_state(out_dir: Path, state: dict[str, Any]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / (STATE_FILE + ".tmp")
+    tmp.write_text(json.dumps(state, indent=2, default=str))
+    os.replace(tmp, out_dir / STATE_FILE)

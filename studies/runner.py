@@ -11,42 +11,38 @@ Order of work (each step can fail with a one-line error before the next begins):
 A trial checkpoints through ``ray.tune.report``; a retried or resumed trial continues from its
 last checkpoint and reopens its own MLflow run (found by the cell's id under the parent run),
 so a study ends with exactly one child run per grid cell.
-"""
 
-from __future__ import annotations
+This module is the driver (steps 3 and 4); the plan is :mod:`studies.planning`, the checks
+before anything starts :mod:`studies.preflight`, a trial :mod:`studies.trainable`, and the
+study's saved state (``study.json``) :mod:`studies.lifecycle`.
+"""
 
 import json
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from ray.tune import Callback
 
-from evaluation.baselines import BaselineCache
 from mae_core.config import Config
-from mae_core.errors import UserError
-from mae_core.train import prepare_data
 
-from . import lifecycle, tracking
-from .lifecycle import RayCheckpoints
-from .search import SearchSpec
-from .study import Study, cell_id, trial_keys, without_keys, zip_space_key
+from . import tracking
+from .environment import quiet_libraries
+from .lifecycle import STATE_FILE, load_state, save_state
+from .planning import BASELINES_DIR, RunOptions, StudyPlan, StudySetupError, plan_study, plan_tags, tune_space
+from .preflight import available_resources, check_address, check_resources, check_resume, default_gpus_per_trial
+from .study import cell_id
 from .summary import log_study_summary
+from .trainable import trainable
 
-STATE_FILE = "study.json"  # in the study's output folder: parent run id, Ray folder, grid
-BASELINES_DIR = "baselines"  # in the study's output folder: one JSON per shared set (evaluation.baselines)
-
-
-class StudySetupError(UserError):
-    """Bad input found before Ray starts (one line)."""
+# The public names of the study layer, where they have always been imported from.
+__all__ = ["BASELINES_DIR", "STATE_FILE", "RunOptions", "StudyInterrupted", "StudyPlan", "StudySetupError",
+           "check_resume", "default_gpus_per_trial", "load_state", "plan_study", "run_study", "save_state",
+           "trainable", "tune_space"]
 
 
 class StudyInterrupted(Exception):
@@ -57,308 +53,13 @@ class StudyInterrupted(Exception):
         super().__init__(f"interrupted by {reason}")
 
 
-@dataclass(frozen=True)
-class RunOptions:
-    out_dir: Path  # the study's folder (absolute)
-    tracking_uri: str
-    experiment: str = tracking.DEFAULT_EXPERIMENT
-    smoke: bool = False
-    resume: bool = False
-    address: str | None = None  # None: a local Ray on this machine's CPUs
-    max_concurrent: int | None = None
-    cpus_per_trial: float = 1.0
-    gpus_per_trial: float = 0.0
-    # >1: each trial is a Ray Train TorchTrainer (DDP) on this many workers, each with
-    # cpus_per_trial CPUs and gpus_per_trial GPUs; batch_size stays the global batch (studies.ddp)
-    workers_per_trial: int = 1
-    max_failures: int = 2  # Ray retries of a crashed trial (a diverging trial is not retried)
-    scheduler: str = "fifo"  # fifo: every cell runs to the end; asha: stop poor trials early (exploration only)
-    command: str | None = None  # the command line that started the study, for its report
-
-
-@dataclass(frozen=True)
-class StudyPlan:
-    study: Study
-    base: dict[str, Any]  # keys every trial shares
-    axes: dict[str, list[Any]]  # the grid_search axes, seeds included as "seed"
-    cells: list[dict[str, Any]]
-    reference: dict[str, Any]  # the reference cell of this grid (Study.reference_cell)
-    zipped: tuple[dict[str, list[Any]], ...] = ()  # groups of keys that vary together (Study.grid_zipped)
-    search: SearchSpec | None = None  # keys sampled for every arm of the grid (studies.search)
-    # --until-decided: the sequential plan (analysis.sequential.Plan.as_dict), named on the
-    # parent run before the first look
-    sequential: dict[str, Any] | None = None
-    batch: bool = False  # a batch of seeds added to a study that ran (studies.seeds): no summary yet
-
-    @property
-    def num_trials(self) -> int:
-        """Trials Ray runs: every cell, times the samples of a search."""
-        return len(self.cells) * (self.search.samples if self.search is not None else 1)
-
-    @property
-    def varied(self) -> list[str]:
-        """Every key a trial's cell varies (axes, zipped keys, searched keys), seed last."""
-        keys = [a for a in self.axes if a != "seed"] + [k for group in self.zipped for k in group]
-        return keys + list(self.search.space if self.search else ()) + ["seed"]
-
-
-def plan_study(study: Study, *, smoke: bool, overrides: dict[str, Any],
-               search: SearchSpec | None = None) -> StudyPlan:
-    """Every cell validated and its data loadable, or a ConfigError/DataError/NormDomainError;
-    with ``search``, its ranges checked with every arm (a searched key is no longer an axis)."""
-    overrides = dict(overrides)  # the caller's dict is left as it was
-    seeds = overrides.pop("seeds", None)
-    seed_values = tuple(int(s) for s in str(seeds).split(",")) if seeds is not None else None
-    if search is not None:
-        study = without_keys(study, set(search.space))
-    cells = study.cells(smoke=smoke, overrides=overrides, seeds=seed_values)
-    configs = [Config(**cell) for cell in cells]
-    if search is not None:
-        from .search import check_space
-
-        configs += check_space(search, cells)
-    check_data(configs)
-    axes = study.grid_axes(smoke, overrides)
-    zipped = study.grid_zipped(smoke, overrides)
-    axes["seed"] = sorted({cell["seed"] for cell in cells})
-    varied = set(axes).union(*zipped)
-    base = {k: v for k, v in cells[0].items() if k not in varied}
-    return StudyPlan(study=study, base=base, axes=axes, cells=cells,
-                     reference=study.reference_cell(smoke, overrides), zipped=zipped, search=search)
-
-
-def check_data(configs: list[Config]) -> None:
-    """Load each distinct dataset the configs name once: data problems surface here, not
-    inside a Ray worker."""
-    checked: set[tuple] = set()
-    for config in configs:
-        key = (config.dataset, config.seed, config.target, config.train_limit, config.test_limit,
-               config.resolved_patch_size)
-        if key not in checked:
-            prepare_data(config)
-            checked.add(key)
-
-
-def tune_space(plan: StudyPlan) -> tuple[dict[str, Any], Any, int]:
-    """(param_space, search_alg, num_samples) of the Tuner: a grid_search per axis and zipped
-    group (a row of its keys per value), or a search over that grid (:func:`studies.search.tune_search`)."""
-    from ray import tune
-
-    space = {axis: tune.grid_search(values) for axis, values in plan.axes.items()}
-    for group in plan.zipped:
-        space[zip_space_key(group)] = tune.grid_search([dict(zip(group, row)) for row in zip(*group.values())])
-    if plan.search is None:
-        return space, None, 1
-    from .search import tune_search
-
-    grid_keys = [a for a in plan.axes if a != "seed"] + [k for group in plan.zipped for k in group]
-    arms = list({cell_id(a): a for a in ({k: c[k] for k in grid_keys} for c in plan.cells)}.values())
-    return tune_search(plan.search, space, arms, plan.axes["seed"])
-
-
-def plan_tags(plan: StudyPlan) -> dict[str, str]:
-    """The parent run's tags for zipped groups and a search (none for a plain grid)."""
-    tags = {}
-    if plan.zipped:
-        tags["zip"] = json.dumps(plan.zipped, default=str)
-    if plan.search is not None:
-        tags["search"] = plan.search.tag()
-    if plan.study.claims:  # compact: the report completes them against the grid that ran
-        tags["claims"] = json.dumps(plan.study.claims, default=str, separators=(",", ":"))
-    if plan.sequential is not None:
-        tags["sequential_plan"] = json.dumps(plan.sequential, separators=(",", ":"))
-    return tags
-
-
-# --------------------------------------------------------------------------- preflight
-
-
-def check_address(address: str | None, timeout_s: float = 3.0) -> None:
-    """Fail within seconds on an address nothing listens at (``ray.init`` can hang instead)."""
-    if address in (None, "auto", "local"):
-        return
-    parsed = urlparse(address if "://" in address else f"ray://{address}")
-    if not parsed.hostname or not parsed.port:
-        raise StudySetupError(f"--address {address}: expected auto, host:port or ray://host:port")
-    try:
-        with socket.create_connection((parsed.hostname, parsed.port), timeout=timeout_s):
-            pass
-    except OSError as error:
-        raise StudySetupError(f"--address {address}: no Ray cluster reachable ({error.strerror or error})") from None
-
-
-def available_resources(address: str | None) -> dict[str, float] | None:
-    """CPUs and GPUs the study's Ray offers: the running Ray's, or for a local Ray still to be
-    started this machine's (its CPUs and CUDA devices); None for a cluster not yet joined."""
-    import ray
-
-    if ray.is_initialized():
-        return {name: float(ray.cluster_resources().get(name, 0.0)) for name in ("CPU", "GPU")}
-    if address in (None, "local"):
-        import torch
-
-        return {"CPU": float(os.cpu_count() or 1), "GPU": float(torch.cuda.device_count())}
-    return None
-
-
-def check_resources(options: RunOptions, available: dict[str, float], where: str) -> None:
-    """Refuse a per-trial request no node could ever meet: Ray would wait for it forever."""
-    for name, asked in (("CPU", options.cpus_per_trial), ("GPU", options.gpus_per_trial)):
-        flag = f"--{name.lower()}s-per-trial {asked:g}"
-        if options.workers_per_trial > 1:  # every worker of a trial asks for that share
-            flag, asked = f"{flag} × --workers-per-trial {options.workers_per_trial}", asked * options.workers_per_trial
-        if asked < 0 or (name == "CPU" and asked == 0):
-            raise StudySetupError(f"{flag}: must be {'positive' if name == 'CPU' else 'at least 0'}")
-        if asked > available.get(name, 0.0):
-            raise StudySetupError(f"{flag}: each trial asks for {asked:g} {name}(s) but {where} has "
-                                  f"{available.get(name, 0.0):g}")
-
-
-def default_gpus_per_trial(num_trials: int, cpus_per_trial: float, address: str | None) -> float:
-    """A GPU's share per trial when the user named none: 0 without a local CUDA device; else the
-    trials that can run at once (by CPUs, at most 8: small models share a GPU well) split one GPU."""
-    import torch
-
-    if address not in (None, "local") or not torch.cuda.is_available():
-        return 0.0
-    at_once = max(1, min(8, num_trials, int((os.cpu_count() or 1) // max(cpus_per_trial, 1e-9))))
-    return 1.0 / at_once
-
-
-def load_state(out_dir: Path) -> dict[str, Any] | None:
-    path = out_dir / STATE_FILE
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def save_state(out_dir: Path, state: dict[str, Any]) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / (STATE_FILE + ".tmp")
-    tmp.write_text(json.dumps(state, indent=2, default=str))
-    os.replace(tmp, out_dir / STATE_FILE)
-
-
-def check_resume(plan: StudyPlan, options: RunOptions) -> dict[str, Any] | None:
-    """The saved state to resume, or None for a fresh study; refuses a changed grid, and refuses
-    to start afresh over an interrupted study (its state would be overwritten, and with it the
-    only way to resume it)."""
-    state = load_state(options.out_dir)
-    if not options.resume:
-        if state is not None and not state.get("complete", False):
-            name = f" ({state['name']})" if state.get("name") else ""
-            raise StudySetupError(f"{options.out_dir} holds an unfinished study{name}: pass --resume "
-                                  "to continue it, or --out FOLDER to start anew")
-        return None
-    from ray.tune import Tuner
-
-    if state is None:
-        raise StudySetupError(f"--resume: no study to resume in {options.out_dir}")
-    if sorted(cell_id(c) for c in plan.cells) != sorted(state["cells"]):
-        raise StudySetupError(
-            f"--resume: the grid differs from the interrupted study in {options.out_dir} "
-            "(same study, overrides and --smoke are required); run without --resume to start anew"
-        )
-    searched = plan.search.describe() if plan.search is not None else None
-    if state.get("search") != searched:
-        raise StudySetupError(f"--resume: the search differs from the interrupted study in {options.out_dir} "
-                              "(same --search, --samples, --metric and ranges are required)")
-    # Interrupted before Ray wrote anything: the grid starts in Ray afresh, under the same
-    # parent run (cells whose child run already FINISHED are not trained again).
-    state["ray_restorable"] = Tuner.can_restore(state["ray_path"])
-    return state
-
-
-# --------------------------------------------------------------------------------- trial
-
-
-def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name: str,
-              tracking_uri: str, experiment: str, parent_run_id: str, search: bool = False,
-              baseline_dir: str | None = None, workers: dict[str, Any] | None = None) -> None:
-    """One Ray Tune trial: a grid cell trained, evaluated and logged to its own MLflow run.
-    In a search, a trial's run is found by its Ray trial id as well (two samples may draw the
-    same values, and each is its own trial). Baselines are shared through ``baseline_dir``
-    (:mod:`evaluation.baselines`); where a trial's varied keys include an ``eval.*`` key, so do
-    trained encoders, in the ``pretrained/`` folder beside it (:mod:`studies.pretrained`).
-    ``workers`` (``workers``, ``cpus``, ``gpus``, ``folder``): the trial trains on that many Ray
-    Train workers (:mod:`studies.ddp`), its checkpoint kept under ``folder``."""
-    import ray
-    import torch
-    from mlflow.tracking import MlflowClient
-    from ray import tune
-
-    from mae_core.train import NonFiniteError
-
-    from .pretrained import PRETRAINED_DIR, PretrainedCache
-    from .trial import run_trial, trial_run_name
-
-    # Ray sets OMP_NUM_THREADS to the trial's CPU share; torch must use the same number.
-    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-    keys = {**base, **trial_keys(trial_config)}
-    config = Config(**keys)
-    client = MlflowClient(tracking_uri)
-    identity = {**keys, "ray_trial_id": tune.get_context().get_trial_id()} if search else keys
-    cell = cell_id(identity)
-    run_id = lifecycle.run_for_cell(client, tracking_uri=tracking_uri, experiment=experiment,
-                                    parent_run_id=parent_run_id, cell=cell)
-    if run_id is not None and (run := client.get_run(run_id)).info.status == "FINISHED":
-        # The driver died after this trial finished but before Ray recorded it: do not run it again.
-        tune.report({"step": config.steps, "diverged": 0.0, **run.data.metrics})
-        return
-    context = ray.get_runtime_context()
-    tags = {"study": study_name, "cell_id": cell, "ray_node_id": context.get_node_id(),
-            "ray_gpu_ids": ",".join(context.get_accelerator_ids().get("GPU", [])),
-            "ray_trial_id": tune.get_context().get_trial_id(), "ray_worker_pid": str(os.getpid())}
-    if workers is not None:
-        from .ddp import CHECKPOINTS_DIR, train_on_workers
-
-        folder = Path(workers["folder"])
-        loop = {"keys": keys, "tracking_uri": tracking_uri, "experiment": experiment, "run_id": run_id,
-                "run_name": trial_run_name(config), "parent_run_id": parent_run_id, "tags": tags,
-                # one folder per study run and cell: a fresh study in the same --out never resumes another's
-                "checkpoint_path": str(folder / CHECKPOINTS_DIR / parent_run_id / cell / "checkpoint.pt"),
-                "baseline_dir": baseline_dir}
-        tune.report(train_on_workers(loop, workers=workers["workers"], cpus_per_worker=workers["cpus"],
-                                     gpus_per_worker=workers["gpus"], storage=folder / "ray-train"))
-        return
-    checkpoints = RayCheckpoints()
-    checkpoints.restore()
-    last = {"train_loss": float("nan")}
-
-    def on_checkpoint(step: int, path: Path) -> None:
-        if step < config.steps:  # the final report below carries the final checkpoint's metrics
-            checkpoints.report({"step": step, "train_loss": last["train_loss"]})
-
-    try:
-        outcome = run_trial(config, prepare_data(config), tracking_uri=tracking_uri, experiment=experiment,
-                            run_id=run_id, run_name=trial_run_name(config), parent_run_id=parent_run_id,
-                            tags=tags, checkpoint_path=checkpoints.path,
-                            on_progress=lambda step, metrics: last.update(metrics), on_checkpoint=on_checkpoint,
-                            baselines=BaselineCache(Path(baseline_dir)) if baseline_dir else None,
-                            # cells that differ only in eval.* keys train one encoder per seed
-                            pretrained=(PretrainedCache(Path(baseline_dir).parent / PRETRAINED_DIR)
-                                        if baseline_dir and any(k.startswith("eval.") for k in trial_keys(trial_config))
-                                        else None))
-    except NonFiniteError as error:
-        # Fails alone, with its reason in MLflow (run_trial marked it); Ray must not retry it.
-        tune.report({"step": error.step, "diverged": 1.0, "failure_reason": str(error),
-                     "train_loss": float("inf")})
-        return
-    finally:
-        checkpoints.close()
-    tune.report({"step": config.steps, "diverged": 0.0, "train_loss": last["train_loss"], **outcome.metrics})
-
-
-# -------------------------------------------------------------------------------- driver
-
-
 def start_ray(address: str | None) -> bool:
     """Start or join Ray; False when a Ray session already exists (its owner shuts it down)."""
     import ray
 
     if ray.is_initialized():
         return False
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    # The classic output honours verbose=0: no configuration box and TensorBoard hint per study.
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    quiet_libraries()  # in the environment Ray's workers inherit
     if address in (None, "local"):
         # address="local": a new Ray of our own, never a stale cluster another process left
         # behind (joining one is --address auto)
@@ -366,7 +67,7 @@ def start_ray(address: str | None) -> bool:
                  configure_logging=False, ignore_reinit_error=True)
     else:
         # Workers do not inherit the driver's environment: pass what the trials need.
-        env = {k: os.environ[k] for k in ("RAY_USAGE_STATS_ENABLED", "MLFLOW_TRACKING_URI") if k in os.environ}
+        env = {k: os.environ[k] for k in ("RAY_USAGE_STATS_ENABLED", "MLFLOW_TRACKING_URI", "MAE_STUDY_PLUGINS") if k in os.environ}
         ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False,
                  ignore_reinit_error=True)
     return True
@@ -467,6 +168,8 @@ def _fit(plan: StudyPlan, options: RunOptions, state: dict[str, Any], progress, 
     """
     from ray import tune
 
+    from mae_core.plugins import loaded_specs
+
     fn = tune.with_parameters(
         trainable, base=plan.base, study_name=plan.study.name, tracking_uri=options.tracking_uri,
         experiment=options.experiment, parent_run_id=state["parent_run_id"], search=plan.search is not None,
@@ -475,6 +178,7 @@ def _fit(plan: StudyPlan, options: RunOptions, state: dict[str, Any], progress, 
         workers=({"workers": options.workers_per_trial, "cpus": options.cpus_per_trial,
                   "gpus": options.gpus_per_trial, "folder": str(options.out_dir)}
                  if options.workers_per_trial > 1 else None),
+        plugins=loaded_specs(),  # the trial processes import what the driver did
     )
     if options.workers_per_trial > 1:  # the trial only waits on its trainer, whose workers hold the resources
         fn = tune.with_resources(fn, {"cpu": 0, "memory": 1})  # (Ray refuses an empty request: 1 byte)

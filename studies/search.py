@@ -283,5 +283,5 @@ def tune_search(spec: SearchSpec, grid_space: dict[str, Any], arms: list[dict[st
     from .arm_search import ArmSearch
 
     searcher = ArmSearch(arms, seeds, {key: r.domain() for key, r in spec.space.items()},
-                         samples=spec.samples, metric=spec.metric, mode=spec.mode)
+                         samples=spec.samples, metric=spec.metric, mode=spec.mode, seed=SEARCH_SEED)
     return {}, searcher, spec.samples * len(arms) * len(seeds)

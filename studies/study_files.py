@@ -16,6 +16,7 @@
       - {name: deep_decoder_helps, metric: probe_linear_acc, kind: vs_reference, direction: better,
          cells: [{decoder_depth: 1}], delta: 0.01}
     search: {space: {lr: "loguniform:1e-4:1e-2"}, samples: 8, algorithm: random, metric: probe_linear_acc}
+    plugins: [my_parts.py]              # modules or .py files (relative to this file): mae_core.plugins
 
 The grid is the full factorial of ``axes`` times one row of each ``zip`` group (a group's keys
 have equally many values and vary together), times ``seeds``; ``axes`` may be left out when
@@ -81,6 +82,7 @@ class StudyFile(BaseModel):
     reference: dict[str, Any] | None = None
     search: SearchBlock | None = None
     claims: list[Any] | None = None  # checked by analysis.claims.check_claims against the grid
+    plugins: list[str] = []  # modules or .py files (relative to the study file) loaded before the grid is checked
 
 
 def _one_line(error: ValidationError) -> str:
@@ -114,6 +116,7 @@ def load_study_file(path: str | Path) -> Study:
         spec = StudyFile(**read_yaml(path))
     except ValidationError as error:
         raise StudyFileError(f"{path}: {_one_line(error)}") from None
+    _load_plugins(path, spec.plugins)
     zipped = _zip_groups(path, "zip", spec.zip)
     smoke_zipped = _zip_groups(path, "smoke_zip", spec.smoke_zip) if spec.smoke_zip is not None else None
     search = _search_block(spec.search)
@@ -150,6 +153,19 @@ def load_study_file(path: str | Path) -> Study:
     except (ConfigError, ValueError) as error:
         raise StudyFileError(f"{path}: {error}") from None
     return study
+
+
+def _load_plugins(path: Path, specs: list[str]) -> None:
+    """The file's ``plugins:`` imported (files relative to the study file), before any cell is
+    checked: a plugin's target or format is then a value like any other."""
+    if not specs:
+        return
+    from mae_core.plugins import load_plugins
+
+    try:
+        load_plugins(specs, relative_to=path.parent)
+    except UserError as error:
+        raise StudyFileError(f"{path}: plugins: {error}") from None
 
 
 def _zip_groups(path: Path, where: str, value) -> tuple[dict[str, list[Any]], ...]:

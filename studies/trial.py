@@ -17,7 +17,7 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from evaluation.reconstruction_grid import ARTIFACT as RECONSTRUCTIONS, close, render, save_npz
-from evaluation.reconstructions import reconstruction_grid
+from evaluation.reconstructions import can_draw, reconstruction_grid
 from mae_core.config import Config
 from evaluation import evaluate_trial
 from evaluation.baselines import BaselineCache
@@ -43,7 +43,10 @@ class TrialOutcome:
 
 def _log_reconstructions(client: MlflowClient, run_id: str, model, config: Config, data: PatchData) -> None:
     """The grid as a PNG (MLflow's UI) and as arrays (``reconstructions.npz``: the report
-    redraws it at print size, as vector PDF, from the store alone)."""
+    redraws it at print size, as vector PDF, from the store alone). A target without an
+    inverse (a plugin's summary of each patch) has no pixels to draw: nothing is logged."""
+    if not can_draw(config):
+        return
     grid = reconstruction_grid(model, config, data.test_patches, data.image_shape, seed=config.seed)
     figure = render(grid)
     client.log_figure(run_id, figure, "reconstructions.png")

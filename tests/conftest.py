@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-import os
+import contextlib
+import functools
+import io
+import shutil
+import sqlite3
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
 
 from mae_core import Config
+from studies.environment import quiet_libraries
 
 torch.set_num_threads(2)
 # Ray and MLflow settings every test shares (and the subprocesses they start inherit).
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+quiet_libraries()
 
 # A model small enough that one forward/backward on a handful of images takes milliseconds.
 TINY_MODEL = dict(encoder_width=16, encoder_depth=1, encoder_heads=2,
@@ -29,14 +34,125 @@ def tiny_config(**overrides) -> Config:
     return Config(**keys)
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    """A two-CPU local Ray for the tests of one module, shut down after them."""
+def timm_missing() -> str | None:
+    """Why ``encoder=timm:NAME`` cannot be built here (None: it can); its tests skip with this reason."""
+    from mae_core.timm_encoder import _import_timm
+
+    try:
+        _import_timm()
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def shared_ray() -> None:
+    """The suite's one two-CPU local Ray, started by the first test that asks and kept for the
+    next (a start costs seconds); a test that needs a Ray of its own shuts it down first
+    (:func:`own_ray`) and the next user starts it again."""
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+
+
+@pytest.fixture
+def local_ray():
+    shared_ray()
     yield
-    ray.shutdown()
+
+
+@dataclass
+class Command:
+    """What ``mae-study ARGS`` returned and printed."""
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(args: list[str], cwd: Path) -> Command:
+    """``mae-study ARGS`` in ``cwd``, in this process, on the shared Ray: no interpreter, Ray or
+    fresh store to start. For commands whose driver need not receive a signal; those run as
+    subprocesses (tests/scenarios/test_interrupts.py)."""
+    from studies.cli import main
+
+    shared_ray()
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main(args)
+        except SystemExit as stop:
+            status = stop.code if isinstance(stop.code, int) else 1
+    return Command(status, out.getvalue(), err.getvalue())
+
+
+def own_ray() -> None:
+    """Shut down the shared Ray before a test starts a Ray of other resources or a cluster."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+# ------------------------------------------------------------ MLflow stores, migrated once
+
+@functools.cache
+def migrated_store() -> Path:
+    """An empty MLflow SQLite store with every migration applied, made once per test process.
+
+    A fresh store runs MLflow's migrations (about 2 s on two cores); the suite opens dozens, so
+    each starts as a copy of this one instead (:func:`copy_migrated_store`, and the patch below
+    for stores a test's own process creates)."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    folder = Path(tempfile.mkdtemp(prefix="mae-test-store-"))
+    SqlAlchemyStore(f"sqlite:///{folder}/mlflow.db", str(folder / "artifacts")).engine.dispose()
+    return folder / "mlflow.db"
+
+
+def copy_migrated_store(path: Path) -> Path:
+    """Place a migrated empty store at ``path`` (for a command a test starts as a subprocess)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(migrated_store(), path)
+    return path
+
+
+def seed_command_store(args: list[str], cwd: Path) -> None:
+    """Before a test starts ``mae-study ARGS`` in ``cwd`` as a subprocess: a migrated store where
+    ``train``/``run`` open their default one (``--out``'s mlflow.db), unless one is there."""
+    if not args or args[0] not in ("train", "run") or "--tracking-uri" in args:
+        return
+    out = args[args.index("--out") + 1] if "--out" in args else ("." if args[0] == "train" else "mae_runs")
+    store = Path(cwd) / out / "mlflow.db"
+    if not store.exists():
+        copy_migrated_store(store)
+
+
+def _initialize_from_migrated(engine, original) -> None:
+    """``mlflow.store.db.utils._initialize_tables`` for SQLite files: copy the migrated store in."""
+    database = engine.url.database
+    if engine.url.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return original(engine)
+    with sqlite3.connect(migrated_store()) as source, sqlite3.connect(database) as target:
+        source.backup(target)
+    return None
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _stores_start_migrated():
+    from mlflow.store.db import utils
+
+    original = utils._initialize_tables
+    migrated_store()
+    utils._initialize_tables = functools.partial(_initialize_from_migrated, original=original)
+    yield
+    utils._initialize_tables = original
+    shutil.rmtree(migrated_store().parent, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _ray_down_at_the_end():
+    yield
+    own_ray()
 
 
 def pytest_collection_modifyitems(items):

@@ -16,6 +16,7 @@ import yaml
 
 from mae_core.config import Config, EvalConfig
 
+from conftest import own_ray
 from studies.cli import main, package_version, resolve_config
 
 
@@ -59,6 +60,8 @@ BAD_INVOCATIONS = [
     (["train", "objective=dae", "corruption=blur"], "corruption"),
     (["train", "dataset=mnist"], "dataset"),
     (["train", "mask_sampling=spiral"], "mask_sampling"),
+    (["train", "encoder=bogus"], "encoder='bogus': unknown encoder"),
+    (["train", "encoder=timm:no_such_vit"], "encoder='timm:no_such_vit'"),
     (["train", "mask_ration=0.5"], "unknown key 'mask_ration'"),
     (["train", "steps=many"], "steps"),
     (["train", "lr=0"], "lr"),
@@ -111,6 +114,7 @@ BAD_INVOCATIONS = [
 def test_bad_input_is_one_line_and_exit_2(args, words, bad_files, tmp_path, monkeypatch, capsys):
     import ray
 
+    own_ray()  # the suite's shared Ray, if an earlier test started it: this test checks none starts
     monkeypatch.chdir(tmp_path)
     if "steps=7" in args:  # an interrupted smoke study whose grid had the default steps
         from studies.registry import get_study

@@ -9,6 +9,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
+from conftest import timm_missing
 from studies.cli import main
 
 pytestmark = pytest.mark.slow
@@ -120,3 +121,26 @@ def test_smoke_json_is_one_object_on_stdout_from_the_defaults_file(out, capsys):
     assert run.info.run_name.startswith("smoke-")
     assert run.data.params["steps"] == str(SMOKE["steps"]) and run.data.params["encoder_width"] == "16"
     assert run.data.metrics["test_mae_risk"] == pytest.approx(metrics["test_mae_risk"])
+
+
+def test_a_smoke_run_with_a_timm_encoder_trains_and_logs_its_probes(out, capsys):
+    # #27 part 3: encoder=timm:NAME trains in smoke mode, and the probes read its features.
+    if timm_missing():
+        pytest.skip(timm_missing())
+    status, err = mae_study_train("--smoke", "encoder=timm:vit_tiny_patch16_224", "encoder_width=16",
+                                  "encoder_depth=1", "encoder_heads=2", "decoder_width=8", "decoder_depth=1",
+                                  capsys=capsys)
+    assert status == 0, err
+    (run,) = runs(out)
+    assert run.info.status == "FINISHED" and run.data.params["encoder"] == "timm:vit_tiny_patch16_224"
+    assert "timm-vit_tiny_patch16_224" in run.data.tags["mlflow.runName"]
+    for metric in ("test_mae_risk", "probe_linear_acc", "probe_knn_acc", "random_probe_linear_acc"):
+        assert metric in run.data.metrics, metric
+
+
+def mae_study_train(*args: str, capsys) -> tuple[int, str]:
+    try:
+        status = main(["train", "dataset=digits", *args])
+    except SystemExit as exit_:
+        status = exit_.code
+    return status, capsys.readouterr().err

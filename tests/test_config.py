@@ -41,6 +41,8 @@ BAD = [  # (keys, the key the one-line message must name)
     (dict(optimizer="lamb"), "optimizer"),
     (dict(warmup_fraction=1.0), "warmup_fraction"),
     (dict(seed=-1), "seed"),
+    (dict(encoder="bogus"), "encoder"),
+    (dict(encoder="timm:no_such_vit"), "encoder"),  # names timm's problem: not installed, or no such ViT
 ]
 
 
@@ -157,3 +159,12 @@ def test_the_config_module_imports_no_torch():
     code = "import sys, mae_core, mae_core.config; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_encoder_timm_without_timm_says_how_to_install_it(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "timm", None)  # import timm -> ModuleNotFoundError
+    with pytest.raises(ConfigError, match=r"^encoder='timm:vit_tiny_patch16_224': timm is not installed: "
+                                          r"pip install 'mae-study\[timm\]'$"):
+        Config(encoder="timm:vit_tiny_patch16_224")

@@ -125,7 +125,7 @@ def test_a_host_generator_gives_the_same_corruption_on_any_device(kind):
 def test_each_kind_is_a_function_of_patches_level_and_generator():
     from mae_core.corruptions import CORRUPTION_KINDS, CORRUPTIONS
 
-    assert tuple(CORRUPTION_KINDS) == CORRUPTIONS
+    assert set(CORRUPTION_KINDS) <= set(CORRUPTIONS)  # the built-ins, registered
     patches = torch.rand(2, 4, 16, generator=torch.Generator().manual_seed(1))  # [B,M,q]
     for kind, fn in CORRUPTION_KINDS.items():
         assert torch.equal(fn(patches, 0.3, torch.Generator().manual_seed(0)),

@@ -7,7 +7,8 @@ import torch
 from conftest import tiny_config
 from mae_core import build_model, masked_mse, prepare_data, sample_visible, train
 from mae_core.train import load_checkpoint
-from mae_core.distributed import Shard, local_batch_size, train_on_processes
+from mae_core.distributed import Shard, local_batch_size
+from mae_core.local_ddp import train_on_processes
 
 
 def test_ranks_take_contiguous_equal_slices_whose_union_is_the_batch():
@@ -39,7 +40,7 @@ class SecondOfTwo(Shard):
 def one_process_group():
     import torch.distributed as dist
 
-    from mae_core.distributed import free_port
+    from mae_core.local_ddp import free_port
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     yield

@@ -56,6 +56,25 @@ def test_layer_decay_groups_have_hand_computed_scales(two_blocks):
     assert single.scale == 1.0 and [id(p) for p in single.params] == [id(p) for _, p in named]
 
 
+@pytest.mark.parametrize("name", ["timm:vit_tiny_patch16_224", "timm:vit_medium_patch16_reg4_gap_256"])
+def test_a_timm_encoders_layers_are_grouped_as_the_built_in_ones(name):
+    """Patch embedding, positions, class and register tokens are layer 0; block i is i+1; the final norm d+1."""
+    from conftest import timm_missing
+
+    if timm_missing():
+        pytest.skip(timm_missing())
+    torch.manual_seed(0)
+    encoder = build_model(Config(**{**TWO_BLOCKS, "encoder": name, "class_token": "reg4" not in name})).encoder
+    groups = layer_groups(encoder.named_parameters(prefix="encoder"), depth=2, decay=0.5)
+    members = [{id(p) for p in g.params} for g in groups]
+    embeddings = [*encoder.patch_embed.parameters(), *encoder.positions.parameters(), *encoder.norm_pre.parameters()]
+    embeddings += [t for t in (encoder.cls_token, encoder.reg_token) if t is not None]
+    assert members[0] == {id(p) for p in embeddings}
+    assert members[1] == {id(p) for p in encoder.transformer.blocks[0].parameters()}
+    assert members[2] == {id(p) for p in encoder.transformer.blocks[1].parameters()}
+    assert members[3] == {id(p) for p in encoder.transformer.norm.parameters()}
+
+
 def test_warmup_then_cosine_trace():
     """10 updates, warm-up 0.2 (2 updates): peak·1/2, peak, then peak·(1+cos(π·j/8))/2 for j = 1..7."""
     trace = [finetune_lr(t, peak=1.0, total=10, warmup_fraction=0.2, schedule="cosine") for t in range(10)]

@@ -27,7 +27,7 @@ from mlflow.tracking import MlflowClient
 from PIL import Image
 
 from analysis import figures, paper_table
-from analysis.frame import load_runs, load_study_info
+from analysis.frame import ReportError, load_runs, load_study_info
 from analysis.paper import parse_sources, write_paper
 from analysis.report import study_reference, write_report
 from analysis.trials_file import load_trials
@@ -589,7 +589,9 @@ def test_a_trials_csv_without_study_json_needs_the_full_grid_of_a_builtin_study(
     (tmp_path / "study.json").unlink()
     builtin = get_study("decoder_depth")
     assert set(builtin.axes["decoder_depth"]) == set(STUDIES["decoder_depth"][1])  # the prepared store's grid
-    frame, info = load_trials(tmp_path / "trials.csv", "decoder_depth")
+    with pytest.raises(ReportError, match="no study.json beside it"):  # analysis alone cannot look it up
+        load_trials(tmp_path / "trials.csv", "decoder_depth")
+    frame, info = load_trials(tmp_path / "trials.csv", "decoder_depth", get_study)
     assert (info["paper"], info["reference"], info["smoke"]) == (builtin.paper, builtin.reference, False)
     assert len(frame) == 4 * len(SEEDS)
     trials = pd.read_csv(tmp_path / "trials.csv")

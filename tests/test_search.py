@@ -138,7 +138,7 @@ def test_arm_search_runs_each_sample_with_every_seed_and_tells_optuna_the_mean(t
 
     def fresh():
         return ArmSearch([{"decoder_depth": 1}, {"decoder_depth": 4}], [0, 1], {"lr": tune.loguniform(1e-4, 1e-2)},
-                         samples=2, metric="probe_linear_acc", mode="max")
+                         samples=2, metric="probe_linear_acc", mode="max", seed=0)
 
     search = fresh()
     configs = {f"t{i}": search.suggest(f"t{i}") for i in range(8)}
@@ -233,7 +233,7 @@ def test_the_report_ranks_sampled_configs_within_each_arm():
 def test_a_key_given_a_value_on_the_command_line_leaves_the_files_search(tmp_path):
     import argparse
 
-    from studies.cli import _search_of
+    from studies.cli.run import _search_of
     from studies.study_files import load_study_file
 
     path = tmp_path / "tuned.yaml"

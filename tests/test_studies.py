@@ -6,6 +6,7 @@ from __future__ import annotations
 import mlflow
 import pandas as pd
 import pytest
+from mlflow.tracking import MlflowClient
 
 from mae_core import Config
 from studies.registry import STUDIES, get_study
@@ -84,8 +85,18 @@ def test_asha_scheduler_runs_an_exploratory_sweep(tmp_path, local_ray):
     plan = plan_study(get_study("decoder_depth"), smoke=True, overrides={"seeds": "0,1", "steps": "40"})
     state = run_study(plan, options(tmp_path, scheduler="asha"))
     assert state["errored"] == 0
-    runs = children(f"sqlite:///{tmp_path}/mlflow.db", state["parent_run_id"])
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    runs = children(uri, state["parent_run_id"])
     assert runs["tags.cell_id"].nunique() == len(runs) <= len(plan.cells)
+    # ASHA (grace 10 of 40 updates, halving) stops the worse half at its first rung: those runs
+    # end before their last update and are never evaluated; the best one runs to the end
+    client = MlflowClient(uri)
+    last_step = {run: max(m.step for m in client.get_metric_history(run, "train_loss")) for run in runs["run_id"]}
+    stopped = runs[runs["run_id"].map(last_step) < 40]
+    assert len(stopped) >= 1 and set(stopped["status"]) == {"KILLED"}, runs[["status", "run_id"]]
+    assert stopped["metrics.probe_linear_acc"].isna().all() and stopped["tags.interrupted"].notna().all()
+    finished = runs[runs["status"] == "FINISHED"]
+    assert len(finished) >= 1 and (finished["run_id"].map(last_step) == 40).all()
 
 
 def test_a_fresh_run_replaces_only_a_complete_study(tmp_path):

@@ -15,7 +15,7 @@ from transformers.models.vit_mae.modeling_vit_mae import ViTMAEDecoder, ViTMAEEm
 
 from mae_core import Config, apply_target, build_model, masked_mse, patchify, sample_visible
 from mae_core.masking import masked_positions
-from mae_core.models import LAYER_NORM_EPS
+from mae_core.transformer import LAYER_NORM_EPS
 from mae_core.transformers_port import to_vitmae, vitmae_config, vitmae_noise
 
 # digits-like 8x8x1 with patch 2 (M=16, q=4) and RGB 32x32x3 with patch 4 (M=64, q=48). Depth 2

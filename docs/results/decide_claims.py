@@ -25,7 +25,7 @@ AFTER = "after the run, from the paper's rows (these trials predate declared cla
 
 
 def decide_folder(folder: Path) -> str:
-    frame, info = load_trials(folder / "trials.csv", folder.name)
+    frame, info = load_trials(folder / "trials.csv", folder.name, get_study)
     study = str(frame["study"].dropna().iloc[0]) if "study" in frame else folder.name
     raw, declared = (info["claims"], "before the run") if info.get("claims") else (list(get_study(study).claims), AFTER)
     claims = decide(frame, study, info, raw, declared)

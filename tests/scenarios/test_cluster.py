@@ -6,6 +6,7 @@ from __future__ import annotations
 import mlflow
 import pytest
 
+from conftest import own_ray
 from studies.registry import get_study
 from studies.runner import RunOptions, plan_study, run_study
 
@@ -16,6 +17,7 @@ def test_two_node_cluster_runs_trials_on_both_nodes(tmp_path):
     import ray
     from ray.cluster_utils import Cluster
 
+    own_ray()  # the driver joins this cluster instead
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     cluster.add_node(num_cpus=1)
     try:
@@ -46,6 +48,7 @@ def test_losing_a_worker_node_reschedules_its_trials(tmp_path):
     import ray
     from ray.cluster_utils import Cluster
 
+    own_ray()  # the driver joins this cluster instead
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     cluster.add_node(num_cpus=1)
     doomed = cluster.add_node(num_cpus=1)

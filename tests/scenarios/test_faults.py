@@ -14,6 +14,8 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
+from conftest import seed_command_store
+
 pytestmark = pytest.mark.slow
 ENV = dict(os.environ)  # conftest sets the Ray and MLflow variables
 
@@ -34,9 +36,10 @@ def running_trial_with_progress(db, min_step: int) -> tuple[str, int] | None:
 
 
 def test_sigkilled_trial_worker_is_retried_in_the_same_run(tmp_path):
+    args = ["run", "mask_ratio", "--smoke", "seeds=0", "mask_ratio=0.75", "steps=400"]
+    seed_command_store(args, tmp_path)
     driver = subprocess.Popen(
-        [sys.executable, "-m", "studies.cli", "run", "mask_ratio", "--smoke", "seeds=0",
-         "mask_ratio=0.75", "steps=400"],
+        [sys.executable, "-m", "studies.cli", *args],
         cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     victim = None
     deadline = time.monotonic() + 240

@@ -6,6 +6,7 @@ from __future__ import annotations
 import mlflow
 import pandas as pd
 
+from conftest import own_ray
 from studies.registry import get_study
 from studies.runner import RunOptions, plan_study, run_study
 
@@ -13,6 +14,7 @@ from studies.runner import RunOptions, plan_study, run_study
 def test_two_trials_share_one_gpu_at_half_each(tmp_path):
     import ray
 
+    own_ray()  # this test's Ray has a logical GPU
     ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         plan = plan_study(get_study("mask_ratio"), smoke=True, overrides={"seeds": "0", "steps": "120"})

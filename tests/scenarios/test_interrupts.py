@@ -22,20 +22,22 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
+from conftest import seed_command_store
 from mae_core.train import PAUSE_VARIABLE
 
 pytestmark = pytest.mark.slow
 
 ENV = dict(os.environ)  # conftest sets the Ray and MLflow variables
 STUDY = ["run", "mask_ratio", "--smoke", "seeds=0", "steps=60"]  # 2 cells
-TRAIN = ["train", "train_limit=256", "test_limit=48", "steps=300", "log_every=10",
-         "checkpoint_every=150", "encoder_depth=2", "eval.linear_cs=1", "eval.knn_ks=5",
+TRAIN = ["train", "train_limit=256", "test_limit=48", "steps=30", "log_every=10",
+         "checkpoint_every=20", "encoder_depth=2", "eval.linear_cs=1", "eval.knn_ks=5",
          "eval.fewshot_draws=1"]
 
 
 def start(args: list[str], cwd: Path, pause_at_step: int | None = None) -> subprocess.Popen:
     """The command in its own process group; with ``pause_at_step`` every trial's loop holds
     after that update (``mae_core.train.hold_for_tests``) until the signal comes."""
+    seed_command_store(args, cwd)
     env = ENV if pause_at_step is None else {**ENV, PAUSE_VARIABLE: str(pause_at_step)}
     return subprocess.Popen([sys.executable, "-m", "studies.cli", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -145,7 +147,7 @@ def _train_run(tmp_path: Path):
 
 
 def test_sigint_during_training_checkpoints_that_step_and_resume_finishes(tmp_path):
-    driver = start(TRAIN, tmp_path)
+    driver = start(TRAIN, tmp_path, pause_at_step=10)  # holds after logging step 10 until the signal
     wait_for(lambda: query(tmp_path / "mlflow.db", "SELECT 1 FROM metrics WHERE key = 'train_loss'"),
              driver, "the first train_loss")
     output = interrupt(driver, signal.SIGINT)
@@ -154,7 +156,7 @@ def test_sigint_during_training_checkpoints_that_step_and_resume_finishes(tmp_pa
     run = _train_run(tmp_path)
     assert run.info.status == "KILLED" and run.data.tags["interrupted"] == "SIGINT"
     step = int(output.split("after step ")[1].split(";")[0])
-    assert 0 < step < 300 and step % 150  # stopped between the periodic checkpoints ...
+    assert 10 <= step < 30 and step % 20  # stopped between the periodic checkpoints ...
     [checkpoint] = (tmp_path / "checkpoints").glob("*.pt")
     assert __import__("torch").load(checkpoint, weights_only=True)["step"] == step  # ... and saved it
 
@@ -166,12 +168,12 @@ def test_sigint_during_training_checkpoints_that_step_and_resume_finishes(tmp_pa
     assert "probe_linear_acc" in run.data.metrics
     steps = [m.step for m in MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_metric_history(
         run.info.run_id, "train_loss")]
-    assert steps == list(range(10, 301, 10))
+    assert steps == list(range(10, 31, 10))
 
 
 def test_sigterm_during_evaluation_of_train_is_recorded_and_resumed(tmp_path):
     driver = start(TRAIN, tmp_path)
-    wait_for(lambda: in_evaluation(tmp_path / "mlflow.db", 300), driver, "the evaluation")
+    wait_for(lambda: in_evaluation(tmp_path / "mlflow.db", 30), driver, "the evaluation")
     output = interrupt(driver, signal.SIGTERM)
     assert driver.returncode == 130, output
     assert "interrupted by SIGTERM during evaluation" in output, output

@@ -4,12 +4,10 @@ trains one encoder per seed (``pretraining: computed``) that its other cells eva
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from mlflow.tracking import MlflowClient
 
+from conftest import run_cli
 from studies.cli import main
 
 STUDY = """\
@@ -37,8 +35,7 @@ def study(tmp_path_factory):
     """The smoke study run once: (its folder, client, parent run id, child runs)."""
     folder = tmp_path_factory.mktemp("share")
     (folder / "fewshot_share.yaml").write_text(STUDY)
-    done = subprocess.run([sys.executable, "-m", "studies.cli", "run", "fewshot_share.yaml", "--smoke"],
-                          cwd=folder, capture_output=True, text=True, timeout=600)
+    done = run_cli(["run", "fewshot_share.yaml", "--smoke"], folder)
     assert done.returncode == 0, done.stderr
     client = MlflowClient(f"sqlite:///{folder}/mae_runs/mlflow.db")
     (parent,) = [r for r in _all_runs(client) if "mlflow.parentRunId" not in r.data.tags]
@@ -68,8 +65,7 @@ def test_evaluate_makes_runs_without_training_that_a_report_can_read(study):
     from analysis.frame import load_runs
 
     folder, client, parent, children = study
-    done = subprocess.run([sys.executable, "-m", "studies.cli", "evaluate", "fewshot_share", "--smoke",
-                           "eval.knn_ks=3,7"], cwd=folder, capture_output=True, text=True, timeout=300)
+    done = run_cli(["evaluate", "fewshot_share", "--smoke", "eval.knn_ks=3,7"], folder)
     assert done.returncode == 0, done.stderr
     (evaluation,) = [r for r in _all_runs(client) if r.data.tags.get("evaluation_of") == parent]
     assert evaluation.info.status == "FINISHED" and evaluation.data.tags["study"] == "fewshot_share"

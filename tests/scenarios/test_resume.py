@@ -14,6 +14,8 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
+from conftest import seed_command_store
+
 pytestmark = pytest.mark.slow
 
 ENV = dict(os.environ)  # conftest sets the Ray and MLflow variables
@@ -21,6 +23,7 @@ ARGS = ["run", "mask_ratio", "--smoke", "seeds=0,1", "steps=120"]
 
 
 def cli(*args: str, cwd) -> subprocess.Popen:
+    seed_command_store(list(args), cwd)
     return subprocess.Popen([sys.executable, "-m", "studies.cli", *args], cwd=cwd, env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)

@@ -18,6 +18,8 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
+from conftest import run_cli, seed_command_store
+
 pytestmark = pytest.mark.slow
 
 ENV = dict(os.environ)  # conftest sets the Ray and MLflow variables
@@ -25,6 +27,7 @@ ONE_ARM = ["run", "mask_ratio", "--smoke", "mask_ratio=0.75", "seeds=0", "lr=log
 
 
 def cli(args: list[str], cwd) -> subprocess.Popen:
+    seed_command_store(args, cwd)
     return subprocess.Popen([sys.executable, "-m", "studies.cli", *args], cwd=cwd, env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -59,9 +62,8 @@ def check_sampled(children, samples: int) -> None:
 
 
 def test_a_random_search_is_recorded_like_a_grid_and_reported_as_a_ranking(tmp_path):
-    done = cli([*ONE_ARM, "--search", "random", "--samples", "3"], tmp_path)
-    output, _ = done.communicate(timeout=900)
-    assert done.returncode == 0, output
+    done = run_cli([*ONE_ARM, "--search", "random", "--samples", "3"], tmp_path)
+    assert done.returncode == 0, done.stderr
     parent, children = study_runs(tmp_path)
     search = json.loads(parent.data.tags["search"])
     assert search == {"algorithm": "random", "samples": 3, "metric": "probe_linear_acc", "mode": "max",
@@ -69,8 +71,7 @@ def test_a_random_search_is_recorded_like_a_grid_and_reported_as_a_ranking(tmp_p
     assert json.loads(parent.data.tags["study_axes"]) == ["mask_ratio", "lr"]
     check_sampled(children, 3)
 
-    report = subprocess.run([sys.executable, "-m", "studies.cli", "report", "mask_ratio", "--smoke", "--format",
-                             "png"], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    report = run_cli(["report", "mask_ratio", "--smoke", "--format", "png"], tmp_path)
     assert report.returncode == 0, report.stderr
     ranking = pd.read_csv(tmp_path / "mae_runs" / "mask_ratio-smoke" / "report" / "search.csv")
     assert len(ranking) == 3 and ranking["rank"].tolist() == [1, 2, 3]

@@ -5,11 +5,11 @@ recorded on the parent run."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pandas as pd
 from mlflow.tracking import MlflowClient
+
+from conftest import Command, run_cli
 
 STUDY = """\
 name: seeds_by_need
@@ -22,9 +22,8 @@ claims:
 """
 
 
-def _cli(tmp_path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "studies.cli", *args], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=timeout)
+def _cli(tmp_path, *args: str) -> Command:
+    done = run_cli(list(args), tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 

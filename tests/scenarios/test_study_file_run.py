@@ -3,10 +3,9 @@ the axis values logged as params, and the study's evaluation keys with them."""
 
 from __future__ import annotations
 
-import sys
-import subprocess
-
 import mlflow
+
+from conftest import run_cli
 
 STUDY = """\
 name: depth_x_ratio
@@ -19,8 +18,7 @@ eval: {knn_ks: [5]}
 
 def test_a_two_axis_study_file_runs_in_smoke_mode(tmp_path):
     (tmp_path / "depth_x_ratio.yaml").write_text(STUDY)
-    done = subprocess.run([sys.executable, "-m", "studies.cli", "run", "depth_x_ratio.yaml", "--smoke"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    done = run_cli(["run", "depth_x_ratio.yaml", "--smoke"], tmp_path)
     assert done.returncode == 0, done.stderr
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mae_runs/mlflow.db")  # run's --out holds the store
     runs = mlflow.search_runs(experiment_names=["mae-study"], filter_string="tags.study = 'depth_x_ratio'")
@@ -45,8 +43,7 @@ def test_a_zipped_study_file_runs_one_trial_per_row_and_reports_against_a_row(tm
     from studies.study_files import load_study_file
 
     (tmp_path / "zipped_widths.yaml").write_text(ZIPPED)
-    done = subprocess.run([sys.executable, "-m", "studies.cli", "run", "zipped_widths.yaml", "--smoke"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    done = run_cli(["run", "zipped_widths.yaml", "--smoke"], tmp_path)
     assert done.returncode == 0, done.stderr
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mae_runs/mlflow.db")  # run's --out holds the store
     runs = mlflow.search_runs(experiment_names=["mae-study"], filter_string="tags.study = 'zipped_widths'")
@@ -58,8 +55,7 @@ def test_a_zipped_study_file_runs_one_trial_per_row_and_reports_against_a_row(tm
     parent = runs[runs["tags.mlflow.parentRunId"].isna()].iloc[0]
     assert parent["tags.zip"] == '[{"encoder_width": [16, 32], "encoder_heads": [2, 4]}]'
 
-    report = subprocess.run([sys.executable, "-m", "studies.cli", "report", "zipped_widths", "--smoke",
-                             "--format", "png"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    report = run_cli(["report", "zipped_widths", "--smoke", "--format", "png"], tmp_path)
     assert report.returncode == 0, report.stderr
     findings = (tmp_path / "mae_runs" / "zipped_widths-smoke" / "report" / "findings.md").read_text()
     assert "Reference row: encoder_width=16, encoder_heads=2" in findings  # a whole row, the first

@@ -1,0 +1,227 @@
+"""One registry per choice: the one place each target, corruption, mask sampler and dataset
+format is defined, built-in or a plugin's.
+
+A plugin module (``--plugin``, a study file's ``plugins:``, the entry-point group
+``mae_study.plugins``; :mod:`mae_core.plugins`) registers its parts with the decorators below,
+as the built-ins do (:mod:`mae_core.builtin_parts`). The public contract (shapes: ``B`` images,
+``M`` patches, ``q`` values each):
+
+* ``@target(name, out_dim=None)`` on ``fn(patches[B,M,q]) -> [B,M,out_dim or q]``; the
+  decoder predicts ``out_dim`` values per patch. Optional ``inverse(pred[B,M,out_dim],
+  patches[B,M,q]) -> [B,M,q]`` draws a prediction as pixels (pictures are skipped without one);
+  optional ``domain_check(chunks, what)`` refuses data outside the target's domain (``chunks``:
+  patches ``[n,M,q]`` a part of the set at a time; raise a :class:`~mae_core.errors.UserError`).
+* ``@corruption(name)`` on ``fn(patches[B,M,q], level: float, generator: torch.Generator)
+  -> [B,M,q]`` (a new tensor; it must act on any shape, as it also corrupts ``[N,K,M,q]``).
+* ``@dataset_format(kind)`` on ``fn(path: str) -> (train_images, train_labels, test_images,
+  test_labels)``: images uint8 ``[N,H,W,C]`` (read as ``byte/255``), labels int ``[N]``;
+  ``dataset=kind:PATH`` then works like a built-in format.
+* ``@mask_sampler(name)`` on ``fn(batch_size, num_patches, num_visible, grid, generator)
+  -> LongTensor[B,k]``: k distinct positions per image (sorted by the caller).
+
+This module imports no torch, so the config can list every name without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from .errors import UserError
+
+Entry = TypeVar("Entry")
+_BUILTINS = "mae_core.builtin_parts"  # registers the built-in parts on first use of any registry
+
+
+class UnknownName(UserError):
+    """A name no registry entry carries (one line: the config key and the allowed names)."""
+
+
+class DuplicateName(UserError):
+    """Two different parts registered under one name."""
+
+
+class Registry(Generic[Entry]):
+    """Name -> entry for one config key, in registration order (built-ins first)."""
+
+    def __init__(self, key: str):
+        self.key = key  # the config key these names are the values of
+        self._entries: dict[str, Entry] = {}
+
+    def register(self, name: str, entry: Entry, function: Callable | None = None) -> Entry:
+        """Add ``entry`` under ``name``; a second, different part under one name is refused
+        (the same function defined again by a reloaded module is the same part)."""
+        _ensure_builtins()
+        if not isinstance(name, str) or not name or ":" in name or "," in name:
+            raise UserError(f"{self.key}: {name!r} is not a usable name (text without ':' or ',')")
+        old = self._entries.get(name)
+        if old is not None and not _same_part(old, entry, function):
+            raise DuplicateName(f"{self.key}={name!r} is registered twice ({_origin(old)} and "
+                                f"{_origin(function or entry)})")
+        self._entries[name] = entry
+        return entry
+
+    def get(self, name: str) -> Entry:
+        """The entry of ``name``; an unknown name is :class:`UnknownName` naming the key and the choices."""
+        _ensure_builtins()
+        try:
+            return self._entries[name]
+        except (KeyError, TypeError):
+            raise UnknownName(f"{self.key}={name!r} is not one of {self.allowed()}") from None
+
+    def names(self) -> tuple[str, ...]:
+        _ensure_builtins()
+        return tuple(self._entries)
+
+    def allowed(self, separator: str = ", ") -> str:
+        return separator.join(self.names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names()
+
+    def snapshot(self) -> dict[str, Entry]:
+        """The entries as they are now (tests put them back with :meth:`restore`)."""
+        _ensure_builtins()
+        return dict(self._entries)
+
+    def restore(self, entries: dict[str, Entry]) -> None:
+        self._entries = dict(entries)
+
+
+def _part(entry: Any, function: Callable | None = None) -> Any:
+    return function or getattr(entry, "function", None) or entry
+
+
+def _same_part(old: Any, new: Any, function: Callable | None) -> bool:
+    before, after = _part(old), _part(new, function)
+    if before is after:
+        return True
+    named = [(getattr(f, "__module__", None), getattr(f, "__qualname__", None)) for f in (before, after)]
+    return callable(before) and callable(after) and None not in named[0] and named[0] == named[1]
+
+
+def _origin(part: Any) -> str:
+    part = _part(part)
+    return f"{getattr(part, '__module__', '?')}.{getattr(part, '__qualname__', type(part).__name__)}"
+
+
+_loading = False
+
+
+def _ensure_builtins() -> None:
+    """Import the built-in parts once (lazily: the registries exist before their entries)."""
+    global _loading
+    if not _loading:
+        _loading = True
+        importlib.import_module(_BUILTINS)
+
+
+# ------------------------------------------------------------------------------ entries
+
+
+@dataclass(frozen=True)
+class Target:
+    """``T`` applied patch by patch: ``function(patches[B,M,q]) -> [B,M,out_dim or q]``."""
+
+    name: str
+    function: Callable
+    out_dim: int | None = None  # None: q, the patch's own width
+    inverse: Callable | None = None  # (pred[B,M,out], patches[B,M,q]) -> pixels [B,M,q]; None: no pictures
+    domain_check: Callable[[Iterable, str], None] | None = None  # (chunks of [n,M,q], what) -> None or raise
+    min_patch_dim: int = 1  # q below this is refused at config time (a per-patch std needs q >= 2)
+
+    def width(self, patch_dim: int) -> int:
+        """Values the decoder predicts per patch."""
+        return self.out_dim if self.out_dim is not None else patch_dim
+
+
+@dataclass(frozen=True)
+class Corruption:
+    """A draw of ``X̃``: ``function(patches[B,M,q], level, generator) -> [B,M,q]``."""
+
+    name: str
+    function: Callable
+    level_at_most: float | None = None  # e.g. 1 for a fraction of the values
+
+
+@dataclass(frozen=True)
+class MaskSampler:
+    """``function(batch_size, num_patches, num_visible, grid, generator) -> LongTensor[B,k]``."""
+
+    name: str
+    function: Callable
+
+
+@dataclass(frozen=True)
+class DatasetFormat:
+    """How ``dataset=kind:PATH`` is read.
+
+    ``load(path: Path, ram_bytes: int) -> Splits`` (:class:`mae_core.formats.Splits`);
+    ``image_shape(path) -> (C, H, W)`` without loading where it can (None: from a load);
+    ``patch_size``: the default patch side, or None for the rule of
+    :func:`mae_core.data.default_patch_size` (from the image size)."""
+
+    kind: str
+    load: Callable
+    image_shape: Callable | None = None
+    patch_size: int | None = None
+    function: Callable | None = None  # a plugin's fn(path), for duplicate checks
+
+
+targets: Registry[Target] = Registry("target")
+corruptions: Registry[Corruption] = Registry("corruption")
+mask_samplers: Registry[MaskSampler] = Registry("mask_sampling")
+dataset_formats: Registry[DatasetFormat] = Registry("dataset")
+
+
+# --------------------------------------------------------------------------- decorators
+
+
+def target(name: str, out_dim: int | None = None, *, inverse: Callable | None = None,
+           domain_check: Callable | None = None, min_patch_dim: int = 1) -> Callable:
+    """Register ``fn(patches[B,M,q]) -> [B,M,out_dim or q]`` as ``target=name``."""
+    if out_dim is not None and (not isinstance(out_dim, int) or out_dim < 1):
+        raise UserError(f"target {name!r}: out_dim={out_dim!r} must be a positive integer or None")
+
+    def register(fn: Callable) -> Callable:
+        targets.register(name, Target(name, fn, out_dim, inverse, domain_check, min_patch_dim), fn)
+        return fn
+    return register
+
+
+def corruption(name: str, *, level_at_most: float | None = None) -> Callable:
+    """Register ``fn(patches[B,M,q], level, generator) -> [B,M,q]`` as ``corruption=name``."""
+    def register(fn: Callable) -> Callable:
+        corruptions.register(name, Corruption(name, fn, level_at_most), fn)
+        return fn
+    return register
+
+
+def mask_sampler(name: str) -> Callable:
+    """Register ``fn(batch_size, num_patches, num_visible, grid, generator) -> LongTensor[B,k]``
+    as ``mask_sampling=name``."""
+    def register(fn: Callable) -> Callable:
+        mask_samplers.register(name, MaskSampler(name, fn), fn)
+        return fn
+    return register
+
+
+def dataset_format(kind: str) -> Callable:
+    """Register ``fn(path) -> (train_images, train_labels, test_images, test_labels)`` (uint8
+    ``[N,H,W,C]`` images, int ``[N]`` labels) as ``dataset=kind:PATH``."""
+    def register(fn: Callable) -> Callable:
+        dataset_formats.register(kind, DatasetFormat(kind, _array_loader(kind, fn), function=fn), fn)
+        return fn
+    return register
+
+
+def _array_loader(kind: str, fn: Callable) -> Callable:
+    """``fn(path)``'s four arrays -> the :class:`~mae_core.formats.Splits` a built-in reader gives."""
+    def load(path: Path, ram_bytes: int):
+        from .formats import array_splits
+
+        return array_splits(fn(str(path)), f"dataset={kind}:{path}")
+    return load

@@ -1,0 +1,7 @@
+"""``python -m studies.cli``: the ``mae-study`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,203 @@
+"""The argument parser of ``mae-study``: commands, flags, and key=value stragglers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from pathlib import Path
+from typing import NoReturn
+
+from mae_core.config import config_keys
+
+from ..plugin_option import add_plugin_option
+from ..search import DEFAULT_METRIC, DEFAULT_SAMPLES
+from .bench import cmd_bench
+from .catalog import cmd_list, cmd_new_study
+from .common import DEFAULT_EXPERIMENT, DEFAULT_OUT, UsageError
+from .config import cmd_config
+from .evaluate import cmd_evaluate
+from .report import cmd_report
+from .run import cmd_run
+from .train import cmd_train
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
+        raise UsageError(message)
+
+
+
+def package_version() -> str:
+    """The installed ``mae-study`` distribution's version; in a checkout that was never installed,
+    the version pyproject.toml declares."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("mae-study")
+    except metadata.PackageNotFoundError:
+        import tomllib
+
+        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+        try:
+            return tomllib.loads(pyproject.read_text())["project"]["version"]
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            return "unknown"
+
+
+
+def _config_keys_epilog() -> str:
+    """``train --help``'s list of key names (the table with defaults is ``mae-study config``)."""
+    names = ", ".join(key.name for key in config_keys())
+    return ("config keys (key=value; defaults, units and ranges: mae-study config [KEY ...]):\n"
+            + textwrap.fill(names, width=88, initial_indent="  ", subsequent_indent="  ",
+                            break_on_hyphens=False))
+
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="mae-study", description="Ablation studies of masked autoencoders.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    # not required here: main() answers a bare ``mae-study`` with the usage itself
+    commands = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    train = commands.add_parser("train", help="one run, no Ray", epilog=_config_keys_epilog(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    train.add_argument("--config", help="YAML file of config keys (mae-study config --yaml writes one)")
+    train.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite file in --out)")
+    train.add_argument("--experiment", default="mae-study", help="MLflow experiment name")
+    train.add_argument("--out", default=".",
+                       help="folder for the MLflow store (mlflow.db, mlartifacts/) and checkpoints/ (default: .)")
+    train.add_argument("--resume", action="store_true",
+                       help="continue the interrupted run from its checkpoint in --out/checkpoints")
+    train.add_argument("--smoke", action="store_true",
+                       help="tiny data and steps (the studies' smoke keys; key=value still wins): seconds")
+    train.add_argument("--json", action="store_true",
+                       help="print the final metrics as one JSON object on stdout (the rest goes to stderr)")
+    train.add_argument("overrides", nargs="*", metavar="key=value")
+    add_plugin_option(train)
+    train.set_defaults(handler=cmd_train)
+
+    run = commands.add_parser("run", help="a study's grid with Ray Tune")
+    run.add_argument("study", help="a built-in study (mae-study list) or a study file (my_study.yaml)")
+    run.add_argument("--smoke", action="store_true", help="tiny data and steps: seconds")
+    run.add_argument("--resume", action="store_true", help="continue the interrupted study")
+    run.add_argument("--address", help="join a Ray cluster: auto | host:port | ray://host:port")
+    run.add_argument("--max-concurrent", type=int, help="at most this many trials at once")
+    run.add_argument("--scheduler", choices=("fifo", "asha"), default="fifo",
+                     help="asha stops poor trials early: for exploratory sweeps, not ablation tables")
+    run.add_argument("--cpus-per-trial", type=float, default=1.0,
+                     help="CPU cores per trial (torch uses as many threads)")
+    run.add_argument("--gpus-per-trial", type=float,
+                     help="a GPU's share per trial, e.g. 0.125 packs 8 trials on one GPU (default: "
+                          "0 without CUDA; with CUDA, one GPU shared by the trials that fit the CPUs, at most 8)")
+    run.add_argument("--workers-per-trial", type=int, default=1,
+                     help="train each trial on N Ray Train workers (DDP: gloo on CPUs, NCCL on GPUs), each with "
+                          "--cpus-per-trial/--gpus-per-trial; batch_size stays the global batch, split evenly")
+    run.add_argument("--out", default=DEFAULT_OUT,
+                     help="the output folder: the MLflow store (mlflow.db, mlartifacts/) unless --tracking-uri, "
+                          "and STUDY[-smoke]/ with study.json, Ray's state and the report (default: mae_runs)")
+    run.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///<abs --out>/mlflow.db)")
+    run.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment name")
+    run.add_argument("--search", choices=("random", "optuna"),
+                     help="sample keys from ranges (key=loguniform:LOW:HIGH, uniform:LOW:HIGH, "
+                          "randint:LOW:HIGH, choice:A,B,...) for every arm of the grid; each sample runs "
+                          "once per seed. random: Tune's random search, the same samples for every arm; "
+                          "optuna: an Optuna TPE study per arm (pip install 'mae-study[optuna]')")
+    run.add_argument("--samples", type=int, help=f"sampled configs per arm of the grid (default {DEFAULT_SAMPLES})")
+    run.add_argument("--metric", help=f"what --search optimises and ranks by (default {DEFAULT_METRIC}; "
+                                      "its direction comes from the metric table)")
+    run.add_argument("--until-decided", action="store_true",
+                     help="after the study's seeds, add seeds only where a declared claim is undecided, by a "
+                          "sequential plan fixed before the first look, until every claim is decided or --max-seeds")
+    run.add_argument("--max-seeds", type=int, default=20, help="--until-decided: at most this many seeds per cell "
+                                                               "(default 20)")
+    run.add_argument("--seed-batch", type=int, help="--until-decided: seeds added per look (default: the study's count)")
+    run.add_argument("--add-seeds", metavar="SEEDS",
+                     help="add seeds (5-9 or 5,6,7) to every cell of the finished study in --out; the report pools them")
+    run.add_argument("overrides", nargs="*", metavar="key=value",
+                     help="config keys; key=v1,v2 makes an axis; key=KIND:ARGS a range for --search; seeds=0,1,2")
+    add_plugin_option(run)
+    run.set_defaults(handler=cmd_run)
+
+    bench = commands.add_parser("bench", help="speed measurements against a peer, as ratios")
+    bench.add_argument("--quick", action="store_true", help="fewer rounds and images")
+    bench.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    bench.add_argument("--out", help="results folder (default: benchmarks/results under the working directory)")
+    bench.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                       help="cuda: the GPU measurements (ViT-B/16 against transformers, digits run, exact risk)")
+    bench.set_defaults(handler=cmd_bench)
+
+    new_study = commands.add_parser("new-study", help="write a commented study file NAME.yaml")
+    new_study.add_argument("name")
+    new_study.set_defaults(handler=cmd_new_study)
+
+    config = commands.add_parser("config", help="every config key: default, allowed range, meaning")
+    config.add_argument("keys", nargs="*", metavar="KEY", help="only these keys (e.g. mask_ratio eval.fewshot)")
+    config.add_argument("--yaml", action="store_true",
+                        help="print a YAML file of the defaults that train --config accepts")
+    config.set_defaults(handler=cmd_config)
+
+    listing = commands.add_parser("list", help="the built-in studies and the study files here")
+    listing.set_defaults(handler=cmd_list)
+
+    report = commands.add_parser("report", help="tables and figures of a study from MLflow")
+    report.add_argument("study", nargs="?")
+    report.add_argument("--compare", metavar="OLD_REPORT_DIR",
+                        help="after writing the report, print every claim whose verdict changed since the "
+                             "report in OLD_REPORT_DIR (its claims.csv), with both n, effects and intervals")
+    report.add_argument("--paper", nargs="+", metavar="STUDY[=STORE]",
+                        help="MAE Table 1 with a sub-table per study (in this order) and Figure 5; "
+                             "STORE: a tracking URI, an mlflow.db or its folder (default: --out's mlflow.db), "
+                             "or the trials.csv of a report")
+    report.add_argument("--out", default=DEFAULT_OUT,
+                        help="the study's output folder, as given to run: its mlflow.db is read (default: mae_runs)")
+    report.add_argument("--report-dir", help="where the report goes (default: OUT/STUDY/report, "
+                                             "OUT/STUDY-smoke/report with --smoke, OUT/paper with --paper)")
+    report.add_argument("--smoke", action="store_true",
+                        help="report a smoke run (without it only full runs are read; a smoke report says so)")
+    report.add_argument("--format", default="png,pdf", help="figure formats: png,pdf,svg")
+    report.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///<abs --out>/mlflow.db)")
+    report.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
+    report.add_argument("--run", metavar="PARENT_RUN_ID",
+                        help="report this run of the study (default: its newest full run, or smoke run with --smoke)")
+    add_plugin_option(report)
+    report.set_defaults(handler=cmd_report)
+
+    evaluate = commands.add_parser("evaluate", help="stored encoders evaluated again with other eval.* keys, no training")
+    evaluate.add_argument("study", nargs="?", help="every finished trial of the study's newest run (or --run ID)")
+    evaluate.add_argument("--run", metavar="RUN_ID", help="one run (a trial, or a train run) instead of a study")
+    evaluate.add_argument("--out", default=DEFAULT_OUT,
+                          help="the folder run wrote: its mlflow.db is read and written (default: mae_runs)")
+    evaluate.add_argument("--smoke", action="store_true", help="the study's newest smoke run (without it: full runs)")
+    evaluate.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///<abs --out>/mlflow.db)")
+    evaluate.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
+    evaluate.add_argument("overrides", nargs="*", metavar="eval.key=value",
+                          help="evaluation keys only (eval.knn_ks=5,20: a comma is part of the value)")
+    add_plugin_option(evaluate)
+    evaluate.set_defaults(handler=cmd_evaluate)
+    return parser
+
+
+
+def _no_command(parser: argparse.ArgumentParser) -> NoReturn:
+    """A bare ``mae-study``: the usage, then the one-line error (exit status 2)."""
+    parser.print_help(sys.stderr)
+    raise UsageError("no command given; try: mae-study train --smoke")
+
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse ``argv``; a bare ``mae-study`` (or options without a command) gets the usage."""
+    # key=value may follow options (``run mask_ratio --smoke steps=50``), which a plain
+    # nargs="*" positional does not accept: collect the stragglers here (``config`` KEYs too).
+    args, extra = parser.parse_known_args(argv)
+    if args.command is None:
+        _no_command(parser)
+    rest = "overrides" if hasattr(args, "overrides") else "keys" if hasattr(args, "keys") else None
+    unknown = [item for item in extra if item.startswith("-") or rest is None]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if extra:
+        setattr(args, rest, [*getattr(args, rest), *extra])
+    return args

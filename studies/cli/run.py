@@ -1,0 +1,155 @@
+"""``mae-study run``: a study's grid (or its search, or its seeds by need) through Ray Tune."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from mae_core.config import Config, parse_overrides
+
+from .common import UsageError, default_uri, report_command, same_command, study_folder, writable_folder
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ..registry import get_study
+    from ..runner import RunOptions, default_gpus_per_trial, plan_study
+    from ..search import split_ranges
+
+    study = get_study(args.study)
+    _check_seed_flags(args)
+    search = _search_of(args, study)
+    _, fixed = split_ranges(parse_overrides(args.overrides))  # key=value and key=v1,v2; ranges are search's
+    plan = plan_study(study, smoke=args.smoke, overrides=fixed, search=search)
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise UsageError(f"--max-concurrent {args.max_concurrent}: must be at least 1")
+    _check_workers(args.workers_per_trial, plan.cells, args.gpus_per_trial)
+    root = writable_folder(Path(args.out), "--out")
+    out = writable_folder(study_folder(root, study.name, args.smoke), "--out")
+    options = RunOptions(
+        out_dir=out, tracking_uri=args.tracking_uri or default_uri(root),
+        experiment=args.experiment, smoke=args.smoke, resume=args.resume, address=args.address,
+        max_concurrent=args.max_concurrent, cpus_per_trial=args.cpus_per_trial,
+        gpus_per_trial=(args.gpus_per_trial if args.gpus_per_trial is not None
+                        # several workers: one whole GPU each where CUDA is (NCCL wants a device per rank)
+                        else float(default_gpus_per_trial(plan.num_trials, args.cpus_per_trial, args.address) > 0)
+                        if args.workers_per_trial > 1
+                        else default_gpus_per_trial(plan.num_trials, args.cpus_per_trial, args.address)),
+        scheduler=args.scheduler, command=shlex.join(["mae-study", *args.argv]),
+        workers_per_trial=args.workers_per_trial,
+    )
+
+    from ..interrupts import EXIT_INTERRUPTED, Interruption, sigterm_as_sigint
+    from ..progress import StudyProgress, progress_metric
+    from ..runner import StudyInterrupted
+
+    interruption = Interruption()
+    try:  # run_study checks the address and the resume state before Ray or MLflow start
+        metric, mode = ((search.metric, search.mode) if search is not None else (progress_metric(plan.varied), "min"))
+        progress = StudyProgress(total=plan.num_trials, header=_run_header(study, plan), metric=metric, mode=mode)
+        with sigterm_as_sigint(interruption):
+            state = _run(args, plan, options, progress, interruption, metric, mode, study)
+    except StudyInterrupted as stop:
+        if stop.state is None:
+            print(f"mae-study: interrupted by {stop.reason} before the study was recorded; start it with:"
+                  f"\n  {same_command(args, resume=False)}", file=sys.stderr)
+        else:
+            print(f"mae-study: study {study.name} interrupted by {stop.reason}; it is recorded as unfinished "
+                  f"(MLflow parent run {stop.state['parent_run_id']} KILLED). Continue with:\n  "
+                  f"{same_command(args, resume=True)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(f"study {study.name}: {state['trials']} trials, {state['errored']} errored, "
+          f"{state['diverged']} diverged; MLflow parent run {state['parent_run_id']} in "
+          f"{options.tracking_uri}", file=sys.stderr)
+    if state.get("looks"):
+        verdicts = list((state.get("verdicts") or {}).values())
+        counts = ", ".join(f"{verdicts.count(v)} {v}" for v in ("better", "worse", "equivalent", "inconclusive")
+                           if v in verdicts)
+        print(f"looks: {len(state['looks'])} (seeds per cell at the last: up to "
+              f"{max(state['looks'][-1].values(), default=0)}); claims: {counts or 'none decided'}", file=sys.stderr)
+    print(f"next: {report_command(args, study.name, state['parent_run_id'])}", file=sys.stderr)
+    return 1 if state["errored"] else 0
+
+
+
+def _check_workers(workers: int, cells: list[dict], gpus: float | None) -> None:
+    """--workers-per-trial N: at least 1, every cell's batch_size (the global batch) splits into N
+    equal slices, and with GPUs each worker has a whole one (NCCL refuses two ranks on one
+    device); one line otherwise, before Ray starts."""
+    if workers > 1 and gpus is not None and 0 < gpus < 1:
+        raise UsageError(f"--workers-per-trial {workers} with --gpus-per-trial {gpus:g}: each worker of a "
+                         "trial needs a whole GPU (NCCL runs one rank per device)")
+    from mae_core.distributed import local_batch_size
+
+    for batch in sorted({Config(**cell).batch_size for cell in cells}):
+        try:
+            local_batch_size(batch, workers)
+        except ValueError as error:
+            raise UsageError(f"--workers-per-trial {workers}: {error}") from None
+
+
+
+def _check_seed_flags(args: argparse.Namespace) -> None:
+    """--until-decided / --add-seeds: one line for a combination that cannot run."""
+    if args.until_decided and args.add_seeds:
+        raise UsageError("--until-decided and --add-seeds: choose one (--until-decided adds seeds itself)")
+    if (args.until_decided or args.add_seeds) and (args.search or args.samples):
+        raise UsageError("--until-decided/--add-seeds work on a grid, not with --search")
+    if args.until_decided and args.max_seeds < 2:
+        raise UsageError(f"--max-seeds {args.max_seeds}: at least 2 seeds per cell")
+    if args.seed_batch is not None and args.seed_batch < 1:
+        raise UsageError(f"--seed-batch {args.seed_batch}: at least 1")
+
+
+
+def _run(args: argparse.Namespace, plan, options, progress, interruption, metric: str, mode: str, study) -> dict:
+    """The study's grid, or its seeds by need (studies.seeds)."""
+    from ..progress import StudyProgress
+    from ..runner import run_study
+
+    def progress_for(batch_plan):
+        return StudyProgress(total=batch_plan.num_trials, header=_run_header(study, batch_plan), metric=metric,
+                             mode=mode)
+
+    if args.until_decided:
+        from ..seeds import run_until_decided
+
+        return run_until_decided(plan, options, max_seeds=args.max_seeds, batch=args.seed_batch,
+                                 progress_factory=progress_for, interruption=interruption)
+    if args.add_seeds:
+        from ..seeds import add_seeds, parse_seeds
+
+        return add_seeds(plan, options, parse_seeds(args.add_seeds), progress_factory=progress_for,
+                         interruption=interruption)
+    return run_study(plan, options, progress=progress, interruption=interruption)
+
+
+
+def _search_of(args: argparse.Namespace, study):
+    """The search ``run`` asks for (None: a grid): the study file's ``search`` block, then
+    ``--search``, ``--samples``, ``--metric`` and the ranges among the ``key=value`` pairs."""
+    from ..search import make_search, require_optuna, split_ranges
+
+    ranges, fixed = split_ranges(parse_overrides(args.overrides))
+    file_search = study.search
+    if file_search is not None:  # key=value on the command line beats the file's range of that key
+        space = {k: v for k, v in file_search["space"].items() if k not in fixed}
+        file_search = {**file_search, "space": space} if space or ranges or args.search else None
+    search = make_search(algorithm=args.search, samples=args.samples, metric=args.metric, ranges=ranges,
+                         file_search=file_search)
+    if search is not None and search.algorithm == "optuna":
+        require_optuna()  # the optuna extra: one line before anything starts
+    return search
+
+
+
+def _run_header(study, plan) -> str:
+    """The first progress line: the study, its trial count and what varies."""
+    varies = [f"{k}={v}" for k, v in plan.axes.items()]
+    varies += ["zip(" + ", ".join(f"{k}={v}" for k, v in group.items()) + ")" for group in plan.zipped]
+    if plan.search is not None:
+        varies.append(f"{plan.search.algorithm} search of " + ", ".join(
+            f"{k}={r.text}" for k, r in plan.search.space.items())
+            + f" ({plan.search.samples} samples per arm, {plan.search.mode} {plan.search.metric})")
+    return f"study {study.name} ({study.paper}): {plan.num_trials} trials, axes " + ", ".join(varies)

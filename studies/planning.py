@@ -1,0 +1,139 @@
+"""A study's plan: every cell's resolved config, the Ray Tune space, the tags of its parent run.
+
+Pure planning (no Ray, no MLflow): :func:`plan_study` turns a study and the command line's
+overrides into a :class:`StudyPlan`, checking every cell's config and data first.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mae_core.config import Config
+from mae_core.errors import UserError
+from mae_core.train import prepare_data
+
+from . import tracking
+from .search import SearchSpec
+from .study import Study, cell_id, without_keys, zip_space_key
+
+BASELINES_DIR = "baselines"  # in the study's output folder: one JSON per shared set (evaluation.baselines)
+
+
+class StudySetupError(UserError):
+    """Bad input found before Ray starts (one line)."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    out_dir: Path  # the study's folder (absolute)
+    tracking_uri: str
+    experiment: str = tracking.DEFAULT_EXPERIMENT
+    smoke: bool = False
+    resume: bool = False
+    address: str | None = None  # None: a local Ray on this machine's CPUs
+    max_concurrent: int | None = None
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    # >1: each trial is a Ray Train TorchTrainer (DDP) on this many workers, each with
+    # cpus_per_trial CPUs and gpus_per_trial GPUs; batch_size stays the global batch (studies.ddp)
+    workers_per_trial: int = 1
+    max_failures: int = 2  # Ray retries of a crashed trial (a diverging trial is not retried)
+    scheduler: str = "fifo"  # fifo: every cell runs to the end; asha: stop poor trials early (exploration only)
+    command: str | None = None  # the command line that started the study, for its report
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    study: Study
+    base: dict[str, Any]  # keys every trial shares
+    axes: dict[str, list[Any]]  # the grid_search axes, seeds included as "seed"
+    cells: list[dict[str, Any]]
+    reference: dict[str, Any]  # the reference cell of this grid (Study.reference_cell)
+    zipped: tuple[dict[str, list[Any]], ...] = ()  # groups of keys that vary together (Study.grid_zipped)
+    search: SearchSpec | None = None  # keys sampled for every arm of the grid (studies.search)
+    # --until-decided: the sequential plan (analysis.sequential.Plan.as_dict), named on the
+    # parent run before the first look
+    sequential: dict[str, Any] | None = None
+    batch: bool = False  # a batch of seeds added to a study that ran (studies.seeds): no summary yet
+
+    @property
+    def num_trials(self) -> int:
+        """Trials Ray runs: every cell, times the samples of a search."""
+        return len(self.cells) * (self.search.samples if self.search is not None else 1)
+
+    @property
+    def varied(self) -> list[str]:
+        """Every key a trial's cell varies (axes, zipped keys, searched keys), seed last."""
+        keys = [a for a in self.axes if a != "seed"] + [k for group in self.zipped for k in group]
+        return keys + list(self.search.space if self.search else ()) + ["seed"]
+
+
+def plan_study(study: Study, *, smoke: bool, overrides: dict[str, Any],
+               search: SearchSpec | None = None) -> StudyPlan:
+    """Every cell validated and its data loadable, or a ConfigError/DataError/NormDomainError;
+    with ``search``, its ranges checked with every arm (a searched key is no longer an axis)."""
+    overrides = dict(overrides)  # the caller's dict is left as it was
+    seeds = overrides.pop("seeds", None)
+    seed_values = tuple(int(s) for s in str(seeds).split(",")) if seeds is not None else None
+    if search is not None:
+        study = without_keys(study, set(search.space))
+    cells = study.cells(smoke=smoke, overrides=overrides, seeds=seed_values)
+    configs = [Config(**cell) for cell in cells]
+    if search is not None:
+        from .search import check_space
+
+        configs += check_space(search, cells)
+    check_data(configs)
+    axes = study.grid_axes(smoke, overrides)
+    zipped = study.grid_zipped(smoke, overrides)
+    axes["seed"] = sorted({cell["seed"] for cell in cells})
+    varied = set(axes).union(*zipped)
+    base = {k: v for k, v in cells[0].items() if k not in varied}
+    return StudyPlan(study=study, base=base, axes=axes, cells=cells,
+                     reference=study.reference_cell(smoke, overrides), zipped=zipped, search=search)
+
+
+def check_data(configs: list[Config]) -> None:
+    """Load each distinct dataset the configs name once: data problems surface here, not
+    inside a Ray worker."""
+    checked: set[tuple] = set()
+    for config in configs:
+        key = (config.dataset, config.seed, config.target, config.train_limit, config.test_limit,
+               config.resolved_patch_size)
+        if key not in checked:
+            prepare_data(config)
+            checked.add(key)
+
+
+def tune_space(plan: StudyPlan) -> tuple[dict[str, Any], Any, int]:
+    """(param_space, search_alg, num_samples) of the Tuner: a grid_search per axis and zipped
+    group (a row of its keys per value), or a search over that grid (:func:`studies.search.tune_search`)."""
+    from ray import tune
+
+    space = {axis: tune.grid_search(values) for axis, values in plan.axes.items()}
+    for group in plan.zipped:
+        space[zip_space_key(group)] = tune.grid_search([dict(zip(group, row)) for row in zip(*group.values())])
+    if plan.search is None:
+        return space, None, 1
+    from .search import tune_search
+
+    grid_keys = [a for a in plan.axes if a != "seed"] + [k for group in plan.zipped for k in group]
+    arms = list({cell_id(a): a for a in ({k: c[k] for k in grid_keys} for c in plan.cells)}.values())
+    return tune_search(plan.search, space, arms, plan.axes["seed"])
+
+
+def plan_tags(plan: StudyPlan) -> dict[str, str]:
+    """The parent run's tags for zipped groups and a search (none for a plain grid)."""
+    tags = {}
+    if plan.zipped:
+        tags["zip"] = json.dumps(plan.zipped, default=str)
+    if plan.search is not None:
+        tags["search"] = plan.search.tag()
+    if plan.study.claims:  # compact: the report completes them against the grid that ran
+        tags["claims"] = json.dumps(plan.study.claims, default=str, separators=(",", ":"))
+    if plan.sequential is not None:
+        tags["sequential_plan"] = json.dumps(plan.sequential, separators=(",", ":"))
+    return tags

@@ -1,0 +1,101 @@
+"""The Ray Tune trainable: one trial of a study, run in a Ray worker, as one MLflow child run.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from evaluation.baselines import BaselineCache
+from mae_core.config import Config
+from mae_core.train import prepare_data
+
+from . import lifecycle
+from .lifecycle import RayCheckpoints
+from .study import cell_id, trial_keys
+
+
+def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name: str,
+              tracking_uri: str, experiment: str, parent_run_id: str, search: bool = False,
+              baseline_dir: str | None = None, workers: dict[str, Any] | None = None,
+              plugins: list[str] | None = None) -> None:
+    """One Ray Tune trial: a grid cell trained, evaluated and logged to its own MLflow run.
+    In a search, a trial's run is found by its Ray trial id as well (two samples may draw the
+    same values, and each is its own trial). Baselines are shared through ``baseline_dir``
+    (:mod:`evaluation.baselines`); where a trial's varied keys include an ``eval.*`` key, so do
+    trained encoders, in the ``pretrained/`` folder beside it (:mod:`studies.pretrained`).
+    ``workers`` (``workers``, ``cpus``, ``gpus``, ``folder``): the trial trains on that many Ray
+    Train workers (:mod:`studies.ddp`), its checkpoint kept under ``folder``. ``plugins``: the
+    driver's (:func:`mae_core.plugins.loaded_specs`), imported here before the config is built;
+    None reads them from ``MAE_STUDY_PLUGINS``."""
+    import ray
+    import torch
+    from mlflow.tracking import MlflowClient
+    from ray import tune
+
+    from mae_core.plugins import load_from_environment, load_plugins
+    from mae_core.train import NonFiniteError
+
+    from .pretrained import PRETRAINED_DIR, PretrainedCache
+    from .trial import run_trial, trial_run_name
+
+    # Ray sets OMP_NUM_THREADS to the trial's CPU share; torch must use the same number.
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    if plugins is None:
+        load_from_environment()
+    else:
+        load_plugins(plugins)
+    keys = {**base, **trial_keys(trial_config)}
+    config = Config(**keys)
+    client = MlflowClient(tracking_uri)
+    identity = {**keys, "ray_trial_id": tune.get_context().get_trial_id()} if search else keys
+    cell = cell_id(identity)
+    run_id = lifecycle.run_for_cell(client, tracking_uri=tracking_uri, experiment=experiment,
+                                    parent_run_id=parent_run_id, cell=cell)
+    if run_id is not None and (run := client.get_run(run_id)).info.status == "FINISHED":
+        # The driver died after this trial finished but before Ray recorded it: do not run it again.
+        tune.report({"step": config.steps, "diverged": 0.0, **run.data.metrics})
+        return
+    context = ray.get_runtime_context()
+    tags = {"study": study_name, "cell_id": cell, "ray_node_id": context.get_node_id(),
+            "ray_gpu_ids": ",".join(context.get_accelerator_ids().get("GPU", [])),
+            "ray_trial_id": tune.get_context().get_trial_id(), "ray_worker_pid": str(os.getpid())}
+    if workers is not None:
+        from .ddp import CHECKPOINTS_DIR, train_on_workers
+
+        folder = Path(workers["folder"])
+        loop = {"keys": keys, "tracking_uri": tracking_uri, "experiment": experiment, "run_id": run_id,
+                "run_name": trial_run_name(config), "parent_run_id": parent_run_id, "tags": tags,
+                # one folder per study run and cell: a fresh study in the same --out never resumes another's
+                "checkpoint_path": str(folder / CHECKPOINTS_DIR / parent_run_id / cell / "checkpoint.pt"),
+                "baseline_dir": baseline_dir, "plugins": plugins}
+        tune.report(train_on_workers(loop, workers=workers["workers"], cpus_per_worker=workers["cpus"],
+                                     gpus_per_worker=workers["gpus"], storage=folder / "ray-train"))
+        return
+    checkpoints = RayCheckpoints()
+    checkpoints.restore()
+    last = {"train_loss": float("nan")}
+
+    def on_checkpoint(step: int, path: Path) -> None:
+        if step < config.steps:  # the final report below carries the final checkpoint's metrics
+            checkpoints.report({"step": step, "train_loss": last["train_loss"]})
+
+    try:
+        outcome = run_trial(config, prepare_data(config), tracking_uri=tracking_uri, experiment=experiment,
+                            run_id=run_id, run_name=trial_run_name(config), parent_run_id=parent_run_id,
+                            tags=tags, checkpoint_path=checkpoints.path,
+                            on_progress=lambda step, metrics: last.update(metrics), on_checkpoint=on_checkpoint,
+                            baselines=BaselineCache(Path(baseline_dir)) if baseline_dir else None,
+                            # cells that differ only in eval.* keys train one encoder per seed
+                            pretrained=(PretrainedCache(Path(baseline_dir).parent / PRETRAINED_DIR)
+                                        if baseline_dir and any(k.startswith("eval.") for k in trial_keys(trial_config))
+                                        else None))
+    except NonFiniteError as error:
+        # Fails alone, with its reason in MLflow (run_trial marked it); Ray must not retry it.
+        tune.report({"step": error.step, "diverged": 1.0, "failure_reason": str(error),
+                     "train_loss": float("inf")})
+        return
+    finally:
+        checkpoints.close()
+    tune.report({"step": config.steps, "diverged": 0.0, "train_loss": last["train_loss"], **outcome.metrics})
