@@ -74,26 +74,28 @@ class StudyPlan:
 def plan_study(study: Study, *, smoke: bool, overrides: dict[str, Any],
                search: SearchSpec | None = None) -> StudyPlan:
     """Every cell validated and its data loadable, or a ConfigError/DataError/NormDomainError;
-    with ``search``, its ranges checked with every arm (a searched key is no longer an axis)."""
+    with ``search``, its ranges checked with every arm (a searched key is no longer an axis).
+    Smoke mode is resolved here, once (:meth:`Study.smoke`): the plan's study is the one that runs."""
     overrides = dict(overrides)  # the caller's dict is left as it was
     seeds = overrides.pop("seeds", None)
     seed_values = tuple(int(s) for s in str(seeds).split(",")) if seeds is not None else None
     if search is not None:
         study = without_keys(study, set(search.space))
-    cells = study.cells(smoke=smoke, overrides=overrides, seeds=seed_values)
+    study = study.smoke() if smoke else study
+    cells = study.cells(overrides=overrides, seeds=seed_values)
     configs = [Config(**cell) for cell in cells]
     if search is not None:
         from .search import check_space
 
         configs += check_space(search, cells)
     check_data(configs)
-    axes = study.grid_axes(smoke, overrides)
-    zipped = study.grid_zipped(smoke, overrides)
+    axes = study.grid_axes(overrides)
+    zipped = study.grid_zipped(overrides)
     axes["seed"] = sorted({cell["seed"] for cell in cells})
     varied = set(axes).union(*zipped)
     base = {k: v for k, v in cells[0].items() if k not in varied}
     return StudyPlan(study=study, base=base, axes=axes, cells=cells,
-                     reference=study.reference_cell(smoke, overrides), zipped=zipped, search=search)
+                     reference=study.reference_cell(overrides), zipped=zipped, search=search)
 
 
 def check_data(configs: list[Config]) -> None:

@@ -48,7 +48,7 @@ class Study:
     base: dict[str, Any]  # keys that differ from Config's defaults
     axes: dict[str, list[Any]]  # key -> values; full factorial
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
-    smoke: dict[str, Any] = field(default_factory=dict)  # extra smoke-mode keys for this study
+    smoke_keys: dict[str, Any] = field(default_factory=dict)  # extra smoke-mode keys (a study file's ``smoke:``)
     smoke_axes: dict[str, list[Any]] | None = None  # a smaller grid for --smoke, if needed
     evaluation: dict[str, Any] = field(default_factory=dict)  # eval.* keys (EvalConfig), without the prefix
     doc: str = ""
@@ -61,9 +61,10 @@ class Study:
     # The claims declared before the run, as the study file spells them (analysis.claims checks
     # them against the grid; the parent run's ``claims`` tag carries them to the report).
     claims: tuple[dict[str, Any], ...] = ()
+    is_smoke: bool = False  # :meth:`smoke` made it: its grid is the smoke grid, its reference may lie outside
 
     def __post_init__(self) -> None:
-        if self.reference is None:
+        if self.reference is None or self.is_smoke:
             return
         keys = set(self.axes).union(*self.zipped)
         if set(self.reference) != keys:
@@ -73,34 +74,53 @@ class Study:
             grid = {**self.axes, **{k: v for group in self.zipped for k, v in group.items()}}
             raise ValueError(f"study {self.name}: reference {self.reference} is not a cell of {grid}")
 
-    def reference_cell(self, smoke: bool = False, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    def smoke(self) -> Study:
+        """This study in smoke mode, resolved once, here: the smoke grid (``smoke_axes``,
+        ``smoke_zipped``) and two seeds; the smoke evaluation (:data:`SMOKE_EVAL`) under the
+        study's keys, fine-tuning shortened to :data:`SMOKE_FINETUNE_STEPS`; and :data:`SMOKE`
+        then the study's ``smoke:`` keys over everything but the command line's. Every method
+        of the result answers for the smoke run; nothing downstream asks whether it is one."""
+        if self.is_smoke:
+            return self
+        return replace(
+            self, base={**SMOKE_EVAL, **self.base}, axes=dict(self.smoke_axes or self.axes), smoke_axes=None,
+            zipped=self.smoke_zipped if self.smoke_zipped is not None else self.zipped, smoke_zipped=None,
+            seeds=self.seeds[:2], evaluation=self._smoke_evaluation(), is_smoke=True)
+
+    def _smoke_evaluation(self) -> dict[str, Any]:
+        """The evaluation keys with fine-tuning shortened to :data:`SMOKE_FINETUNE_STEPS` and the
+        from-scratch baseline's own budget up to twice that."""
+        evaluation = dict(self.evaluation)
+        if evaluation.get("finetune_steps"):
+            evaluation["finetune_steps"] = min(int(evaluation["finetune_steps"]), SMOKE_FINETUNE_STEPS)
+            evaluation.setdefault("scratch_max_steps", 2 * SMOKE_FINETUNE_STEPS)
+        return evaluation
+
+    def reference_cell(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         """The reference cell of the grid that runs: :attr:`reference` where that grid holds
         it, else :func:`default_reference` of that grid; values typed as Config holds them."""
-        axes, zipped = self.grid_axes(smoke, overrides), self.grid_zipped(smoke, overrides)
+        axes, zipped = self.grid_axes(overrides), self.grid_zipped(overrides)
         named = find_cell(self.reference, axes, zipped) if self.reference is not None else None
         cell = named if named is not None else default_reference(axes, zipped)
         return {key: typed_value(key, value) for key, value in cell.items()}
 
-    def grid_axes(self, smoke: bool = False, overrides: dict[str, Any] | None = None) -> dict[str, list[Any]]:
+    def grid_axes(self, overrides: dict[str, Any] | None = None) -> dict[str, list[Any]]:
         """The axes of the grid. An override of an axis key (``mask_ratio=0.5,0.75``) replaces its
         values; any other key given several values (``decoder_depth=1,4``) becomes a new axis.
         A zipped key is not an axis: :meth:`grid_zipped` takes its overrides."""
-        axes = dict((self.smoke_axes or self.axes) if smoke else self.axes)
-        zipped_keys = set().union(*self._zipped(smoke))
+        axes = dict(self.axes)
+        zipped_keys = set().union(*self.zipped)
         for key, value in (overrides or {}).items():
             if key not in zipped_keys and (key in axes or is_axis_override(value)):
                 axes[key] = override_values(value)
         return axes
 
-    def _zipped(self, smoke: bool) -> Zipped:
-        return self.smoke_zipped if smoke and self.smoke_zipped is not None else self.zipped
-
-    def grid_zipped(self, smoke: bool = False, overrides: dict[str, Any] | None = None) -> Zipped:
+    def grid_zipped(self, overrides: dict[str, Any] | None = None) -> Zipped:
         """The zipped groups of the grid. An override of a zipped key replaces its column: one
         value (``encoder_width=64``) for every row, or as many values as the group has rows;
         any other count is a GridError naming the key and its partners."""
         groups = []
-        for group in self._zipped(smoke):
+        for group in self.zipped:
             group, rows = dict(group), len(next(iter(group.values())))
             for key in group.keys() & (overrides or {}).keys():
                 values = override_values(overrides[key])
@@ -112,37 +132,30 @@ class Study:
             groups.append(group)
         return tuple(groups)
 
-    def cells(self, *, smoke: bool = False, overrides: dict[str, Any] | None = None,
+    def cells(self, *, overrides: dict[str, Any] | None = None,
               seeds: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
         """Every trial's config keys: base, then overrides, then the axis values and the seed."""
-        axes, zipped = self.grid_axes(smoke, overrides), self.grid_zipped(smoke, overrides)
+        axes, zipped = self.grid_axes(overrides), self.grid_zipped(overrides)
         varied = set(axes).union(*zipped)
         fixed = {k: v for k, v in (overrides or {}).items() if k not in varied}
-        base = {**STUDY_DEFAULTS, **(SMOKE_EVAL if smoke else {}), **self.base, **self.eval_keys(smoke),
-                **(SMOKE if smoke else {}), **(self.smoke if smoke else {}), **fixed}
+        smoke = {**SMOKE, **self.smoke_keys} if self.is_smoke else {}
+        base = {**STUDY_DEFAULTS, **self.base, **self.eval_keys(), **smoke, **fixed}
         cells = []
         for cell in grid_cells(axes, zipped):
-            for seed in seeds if seeds is not None else (self.seeds[:2] if smoke else self.seeds):
+            for seed in seeds if seeds is not None else self.seeds:
                 cells.append({**base, **cell, "seed": seed})
         return cells
 
-    def eval_keys(self, smoke: bool = False) -> dict[str, Any]:
-        """The study's evaluation settings as ``eval.<key>`` config keys (fine-tuning shortened
-        to :data:`SMOKE_FINETUNE_STEPS` in smoke mode)."""
-        keys = {f"{EVAL_PREFIX}.{key}": value for key, value in self.evaluation.items()}
-        steps = keys.get(f"{EVAL_PREFIX}.finetune_steps")
-        if smoke and steps:
-            keys[f"{EVAL_PREFIX}.finetune_steps"] = min(int(steps), SMOKE_FINETUNE_STEPS)
-            # the from-scratch baseline's own budget: up to twice the smoke fine-tuning
-            keys.setdefault(f"{EVAL_PREFIX}.scratch_max_steps", 2 * SMOKE_FINETUNE_STEPS)
-        return keys
+    def eval_keys(self) -> dict[str, Any]:
+        """The study's evaluation settings as ``eval.<key>`` config keys."""
+        return {f"{EVAL_PREFIX}.{key}": value for key, value in self.evaluation.items()}
 
     def configs(self, **kwargs: Any) -> list[Config]:
         """The validated configs of :meth:`cells` (raises ConfigError on the first bad one)."""
         return [Config(**cell) for cell in self.cells(**kwargs)]
 
-    def grid_size(self, smoke: bool = False) -> int:
-        return len(self.cells(smoke=smoke))
+    def grid_size(self) -> int:
+        return len(self.cells())
 
     @property
     def summary(self) -> str:

@@ -137,17 +137,17 @@ def load_study_file(path: str | Path) -> Study:
         raise StudyFileError(f"{path}: search.space.{key}: also an axis or zipped; a key is varied one way")
     try:
         study = Study(name=spec.name or path.stem, paper=spec.paper, doc=spec.doc or spec.paper,
-                      base=spec.base, axes=spec.axes or {}, seeds=tuple(spec.seeds), smoke=spec.smoke,
+                      base=spec.base, axes=spec.axes or {}, seeds=tuple(spec.seeds), smoke_keys=spec.smoke,
                       smoke_axes=spec.smoke_axes, evaluation=spec.eval, reference=spec.reference,
                       zipped=zipped, smoke_zipped=smoke_zipped, search=search,
                       claims=tuple(spec.claims or ()))
         check_claims(spec.claims, study.grid_axes(), study.grid_zipped(), study.reference_cell())
-        for smoke in (False, True):
-            study.configs(smoke=smoke)
+        for grid in (study, study.smoke()):
+            grid.configs()
         if search:
             searched = make_search(algorithm=None, samples=None, metric=None, ranges={}, file_search=search)
-            for smoke in (False, True):
-                check_space(searched, study.cells(smoke=smoke))
+            for grid in (study, study.smoke()):
+                check_space(searched, grid.cells())
     except SearchError as error:
         raise StudyFileError(f"{path}: search: {error}") from None
     except (ConfigError, ValueError) as error:

@@ -121,7 +121,7 @@ def test_bad_input_is_one_line_and_exit_2(args, words, bad_files, tmp_path, monk
         from studies.runner import save_state
         from studies.study import cell_id
 
-        cells = get_study("mask_ratio").cells(smoke=True)
+        cells = get_study("mask_ratio").smoke().cells()
         save_state(tmp_path / "mae_runs" / "mask_ratio-smoke",
                    {"cells": sorted(cell_id(c) for c in cells), "ray_path": str(tmp_path / "ray")})
     args = [a.format(**{k: str(v) for k, v in bad_files.items()}) for a in args]

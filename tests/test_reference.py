@@ -27,8 +27,8 @@ def test_every_built_in_study_names_its_reference():
     for name, study in STUDIES.items():
         assert study.reference == EXPECTED[name], name
         assert study.reference_cell() == EXPECTED[name], name
-        for smoke in (False, True):  # the reference is a cell of the grid that runs
-            assert find_cell(study.reference_cell(smoke), study.grid_axes(smoke)) is not None, name
+        for grid in (study, study.smoke()):  # the reference is a cell of the grid that runs
+            assert find_cell(grid.reference_cell(), grid.grid_axes()) is not None, name
 
 
 def test_the_default_is_the_config_default_cell_else_the_first():
@@ -43,7 +43,7 @@ def test_the_default_is_the_config_default_cell_else_the_first():
 
 def test_a_grid_without_the_named_cell_falls_back_to_the_default():
     schedule = STUDIES["schedule"]
-    assert schedule.reference_cell(smoke=True) == {"steps": 20}  # smoke runs 20 and 40 updates
+    assert schedule.smoke().reference_cell() == {"steps": 20}  # smoke runs 20 and 40 updates
     mask_ratio = STUDIES["mask_ratio"]
     assert mask_ratio.reference_cell(overrides={"mask_ratio": "0.5,0.75"}) == {"mask_ratio": 0.75}
     cell = mask_ratio.reference_cell(overrides={"mask_ratio": "0.5,0.9"})

@@ -101,7 +101,7 @@ def _search(ranges: dict[str, str], algorithm: str = "random", samples: int = 2)
 
 
 def test_range_ends_are_checked_with_every_arm():
-    cells = get_study("decoder_width").cells(smoke=True)
+    cells = get_study("decoder_width").smoke().cells()
     check_space(_search({"lr": "loguniform:1e-5:1e-1"}), cells)  # every end valid with every arm
     with pytest.raises(SearchError, match=r"mask_ratio=uniform:0.5:0.99.*mask_ratio"):
         check_space(_search({"mask_ratio": "uniform:0.5:0.99"}), cells)  # k = int(M·0.01) = 0

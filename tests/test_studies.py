@@ -18,13 +18,16 @@ from studies.study import Study, cell_id
 @pytest.mark.parametrize("name", list(STUDIES))
 def test_every_study_grid_resolves(name):
     study = get_study(name)
-    for smoke in (False, True):
-        cells = study.cells(smoke=smoke)
-        assert len(cells) == study.grid_size(smoke)
+    for grid in (study, study.smoke()):
+        cells = grid.cells()
+        assert len(cells) == grid.grid_size()
         assert len({cell_id(c) for c in cells}) == len(cells), "every cell is distinct"
         for cell in cells:
             Config(**cell)  # raises on a bad key or value
     assert study.paper and study.doc.strip(), "a study names the paper row it mirrors"
+    smoke = study.smoke()
+    assert smoke.is_smoke and smoke.smoke() is smoke and len(smoke.seeds) <= 2
+    assert all(cell["steps"] == smoke.cells()[0]["steps"] for cell in smoke.cells()) or "steps" in smoke.axes
 
 
 def children(tracking_uri: str, parent_run_id: str):

@@ -50,7 +50,7 @@ def test_a_user_file_loads_with_every_key(tmp_path):
     path = tmp_path / "grid.yaml"
     path.write_text(GOOD)
     study = get_study(str(path))
-    assert study.name == "depth_x_ratio" and study.grid_size() == 12 and study.grid_size(smoke=True) == 8
+    assert study.name == "depth_x_ratio" and study.grid_size() == 12 and study.smoke().grid_size() == 8
     assert study.evaluation == {"fewshot": 4}
     plan = plan_study(study, smoke=True, overrides={})
     assert set(plan.axes) == {"decoder_depth", "mask_ratio", "seed"}
@@ -83,7 +83,7 @@ def test_new_study_writes_a_template_that_runs_and_never_overwrites(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     assert main(["new-study", "mine"]) == 0
     study = load_study_file(tmp_path / "mine.yaml")
-    assert study.name == "mine" and study.grid_size(smoke=True) >= 2
+    assert study.name == "mine" and study.smoke().grid_size() >= 2
     assert "#" in (tmp_path / "mine.yaml").read_text()  # explained, not bare
     with pytest.raises(SystemExit) as exit_:
         main(["new-study", "mine"])
@@ -121,7 +121,7 @@ def test_eval_keys_become_axes_from_a_file_and_the_command_line(tmp_path):
     path.write_text("axes: {eval.linear_head: [logreg, bn_linear]}\nbase: {class_token: true}\n"
                     "eval: {features: cls}\nseeds: [0]\n")
     study = load_study_file(path)
-    cells = study.cells(smoke=True)
+    cells = study.smoke().cells()
     assert [Config(**c).eval.linear_head for c in cells] == ["logreg", "bn_linear"]
     assert all(Config(**c).eval.features == "cls" for c in cells)
     plan = plan_study(get_study("mask_ratio"), smoke=True, overrides={"eval.finetune_blocks": "0,all"})
@@ -151,10 +151,10 @@ def test_zipped_keys_vary_together_times_the_axes(tmp_path):
     cells = [(c["decoder_depth"], c["encoder_width"], c["encoder_heads"], c["seed"]) for c in study.cells()]
     assert cells == [(1, 32, 2, 0), (1, 32, 2, 1), (1, 64, 4, 0), (1, 64, 4, 1),
                      (2, 32, 2, 0), (2, 32, 2, 1), (2, 64, 4, 0), (2, 64, 4, 1)]
-    assert study.grid_size(smoke=True) == 2 * 1 * 2  # smoke_zip keeps one row
+    assert study.smoke().grid_size() == 2 * 1 * 2  # smoke_zip keeps one row
     assert study.reference_cell() == {"decoder_depth": 2, "encoder_width": 64, "encoder_heads": 4}
     # the named reference is not in the smoke grid, nor a cell at the defaults: the first cell
-    assert study.reference_cell(smoke=True) == {"decoder_depth": 1, "encoder_width": 32, "encoder_heads": 2}
+    assert study.smoke().reference_cell() == {"decoder_depth": 1, "encoder_width": 32, "encoder_heads": 2}
 
 
 def test_several_zip_groups_and_a_default_reference_that_matches_a_whole_row(tmp_path):

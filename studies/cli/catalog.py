@@ -29,7 +29,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             varies.append(f"{study.search['algorithm']} search of {', '.join(study.search['space'])} "
                           f"({samples} samples per arm)")
         table.add_row(label, study.paper, f"{'; '.join(varies)} (× {len(study.seeds)})",
-                      str(study.grid_size() * samples), str(study.grid_size(smoke=True) * samples))
+                      str(study.grid_size() * samples), str(study.smoke().grid_size() * samples))
 
     for study in STUDIES.values():
         add(study.name, study)

@@ -8,10 +8,8 @@ One smoke study runs for the whole module (two trials); each test reads what it 
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import mlflow
@@ -21,18 +19,18 @@ import torch
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_SOURCE_NAME, MLFLOW_USER
 
+from conftest import Command, run_cli
 from mae_core import Config, prepare_data
 from studies.logged import MODEL_ID_TAG, content_digest
 from studies.registry import get_study
 from studies.runner import plan_study
 
-ENV = dict(os.environ)  # conftest sets the Ray and MLflow variables
 ARGS = ["mask_ratio", "--smoke", "seeds=0", "--out", "out"]
 
 
-def cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "studies.cli", *args], cwd=cwd, env=ENV,
-                          capture_output=True, text=True, timeout=900)
+def cli(args: list[str], cwd: Path) -> Command:
+    """The command in-process on the shared Ray: what is checked is where it writes, not how it starts."""
+    return run_cli(args, cwd)
 
 
 def pasted(line: str) -> list[str]:
