@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from .corruptions import FiniteCorruptionLaw
+from .devices import to_device
 from .masking import all_visible_sets, masked_positions, sample_visible
 from .targets import apply_target
 
@@ -63,16 +64,6 @@ def _model_device(model: nn.Module, fallback: torch.device) -> torch.device:
     return fallback if tensor is None else tensor.device
 
 
-def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``tensor`` on ``device``; a host tensor reaches a CUDA device through pinned memory,
-    without blocking the host (a plain ``.to`` waits for the stream: a host sync)."""
-    if tensor.device == device:
-        return tensor
-    if device.type == "cuda" and tensor.device.type == "cpu":
-        return tensor.pin_memory().to(device, non_blocking=True)
-    return tensor.to(device)
-
-
 def _sum_dtype(device: torch.device) -> torch.dtype:
     """float64 accumulation wherever the device has it (MPS does not)."""
     return torch.float32 if device.type == "mps" else torch.float64
@@ -106,7 +97,7 @@ def empirical_mae_risk(
     model.eval()
     try:
         num_images, num_patches, _ = patches.shape
-        patches = _to(patches, _model_device(model, patches.device))
+        patches = to_device(patches, _model_device(model, patches.device))
         targets = apply_target(patches, target)
         if masks == "exact" and math.comb(num_patches, num_visible) <= exact_budget:
             return _exact_risk(model, patches, targets, all_visible_sets(num_patches, num_visible), pairs_per_batch)
@@ -122,7 +113,7 @@ def _exact_risk(model, patches, targets, visible_sets, pairs_per_batch) -> RiskE
     device = patches.device
     num_images, num_sets = patches.shape[0], visible_sets.shape[0]
     num_pairs = num_images * num_sets
-    visible_sets = _to(visible_sets, device)
+    visible_sets = to_device(visible_sets, device)
     total = torch.zeros((), dtype=_sum_dtype(device), device=device)
     for start in range(0, num_pairs, pairs_per_batch):
         # (image, mask) pairs image-major: pair r is image r // |V_k| under mask r % |V_k|,
@@ -144,7 +135,7 @@ def _monte_carlo_risk(model, patches, targets, num_visible, per_image, generator
         count = min(pairs_per_batch, num_pairs - start)
         image = torch.arange(start, start + count, device=device) // per_image  # image-major
         # The spec's law, drawn from ``generator`` on the host in the same order on every device.
-        visible = _to(sample_visible(count, num_patches, num_visible, generator), device)
+        visible = to_device(sample_visible(count, num_patches, num_visible, generator), device)
         pred = _predict(model, patches[image], visible)
         losses[start:start + count] = masked_mse(pred, targets[image], visible).to(losses.dtype)
     per = losses.view(num_images, per_image)
@@ -156,7 +147,7 @@ def _monte_carlo_risk(model, patches, targets, num_visible, per_image, generator
 def empirical_rec_risk(model: nn.Module, patches: torch.Tensor, target: str = "raw") -> float:
     """``R_rec^emp``: every patch visible, all M positions scored against ``T(x_j)`` (``T_raw``
     gives exactly the spec's risk)."""
-    patches = _to(patches, _model_device(model, patches.device))
+    patches = to_device(patches, _model_device(model, patches.device))
     return float(_per_example(model, patches, apply_target(patches, target)).mean())
 
 
@@ -168,11 +159,11 @@ def empirical_den_risk(model: nn.Module, patches: torch.Tensor, law: FiniteCorru
     """
     num_images, num_copies = law.weights.shape
     device = _model_device(model, patches.device)
-    clean_targets = apply_target(_to(patches, device), target)
-    noisy = _to(law.copies.reshape(num_images * num_copies, *patches.shape[1:]), device)
+    clean_targets = apply_target(to_device(patches, device), target)
+    noisy = to_device(law.copies.reshape(num_images * num_copies, *patches.shape[1:]), device)
     # copy r of the flattened law corrupts image r // K: its target is clean_targets[r // K]
     losses = _per_example(model, noisy, clean_targets, copies_per_target=num_copies)
-    weights = _to(law.weights, device).to(losses.dtype)
+    weights = to_device(law.weights, device).to(losses.dtype)
     return float((losses.view(num_images, num_copies) * weights).sum(dim=1).mean())
 
 

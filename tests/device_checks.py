@@ -18,18 +18,21 @@ HOST_READS = ("cpu", "item", "tolist", "numpy", "__float__", "__int__", "__bool_
 
 class HostReads:
     """Counts the host reads of tensors, patched on ``torch.Tensor`` with ``monkeypatch``:
-    ``calls`` holds (method, device type) in order."""
+    ``calls`` holds (method, device type) in order. With ``fake_meta`` the reads of meta
+    tensors, which have no values, are answered with zeros."""
 
-    def __init__(self, monkeypatch):
+    def __init__(self, monkeypatch, fake_meta: bool = False):
         self.calls: list[tuple[str, str]] = []
         self.monkeypatch, self.paused = monkeypatch, 0
         for name in HOST_READS:
-            monkeypatch.setattr(torch.Tensor, name, self._wrap(name, getattr(torch.Tensor, name)))
+            monkeypatch.setattr(torch.Tensor, name, self._wrap(name, getattr(torch.Tensor, name), fake_meta))
 
-    def _wrap(self, name, original):
+    def _wrap(self, name, original, fake_meta):
         def read(tensor, *args, **kwargs):
             if not self.paused:
                 self.calls.append((name, tensor.device.type))
+            if fake_meta and tensor.device.type == "meta":
+                return [0.0] * tensor.numel() if name == "tolist" else 0.0
             return original(tensor, *args, **kwargs)
         return read
 

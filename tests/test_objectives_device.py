@@ -5,7 +5,6 @@ refuses to mix devices and to copy to the host, so a risk that moves predictions
 fails on the CPU too (issue 26: ``_predict`` returned ``.cpu()`` tensors against device targets).
 """
 
-import os
 import warnings
 
 import pytest
@@ -13,6 +12,7 @@ import torch
 
 import mae_core.objectives as objectives
 from conftest import tiny_config
+from device_checks import DEVICE, HostReads
 from mae_core import (
     build_model,
     empirical_den_risk,
@@ -22,10 +22,7 @@ from mae_core import (
     prepare_data,
 )
 
-DEVICE = torch.device(os.environ.get("MAE_TEST_DEVICE", "cpu"))
 CPU = torch.device("cpu")
-# Every way a tensor's value reaches the host (each one is a sync on a GPU).
-HOST_READS = ("cpu", "item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__")
 
 
 def _setup(objective="mae", n=6):
@@ -49,31 +46,12 @@ def _risks(model, patches, config, host_patches):
     }
 
 
-class _HostReads:
-    """Counts the host reads of tensors (patched on ``torch.Tensor``); ``fake`` answers them for
-    meta tensors, which have no values."""
-
-    def __init__(self, monkeypatch, fake_meta=False):
-        self.calls: list[tuple[str, str]] = []
-        for name in HOST_READS:
-            original = getattr(torch.Tensor, name)
-            monkeypatch.setattr(torch.Tensor, name, self._wrap(name, original, fake_meta))
-
-    def _wrap(self, name, original, fake_meta):
-        def read(tensor, *args, **kwargs):
-            self.calls.append((name, tensor.device.type))
-            if fake_meta and tensor.device.type == "meta":
-                return [0.0] * tensor.numel() if name == "tolist" else 0.0
-            return original(tensor, *args, **kwargs)
-        return read
-
-
 @pytest.mark.parametrize("risk", ["exact", "monte_carlo", "rec", "den"])
 def test_each_risk_reads_the_host_once_at_the_end(risk, monkeypatch):
     model, config, patches = _setup("dae" if risk == "den" else "mae")
     run = _risks(model, patches, config, patches)[risk]
     expected = run()
-    reads = _HostReads(monkeypatch)
+    reads = HostReads(monkeypatch)
     assert run() == expected
     assert len(reads.calls) == 1, f"{risk}: host reads {reads.calls} (one final read expected)"
 
@@ -84,7 +62,7 @@ def test_each_risk_runs_on_a_device_that_is_not_the_host(risk, monkeypatch):
     so does any copy to the host: the risk must get to its one final read, on a meta tensor."""
     model, config, patches = _setup("dae" if risk == "den" else "mae")
     run = _risks(model.to("meta"), patches.to("meta"), config, patches)[risk]
-    reads = _HostReads(monkeypatch, fake_meta=True)
+    reads = HostReads(monkeypatch, fake_meta=True)
     run()
     assert reads.calls in ([("__float__", "meta")], [("tolist", "meta")]), reads.calls
 
