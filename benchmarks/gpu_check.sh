@@ -63,11 +63,17 @@ if [[ "$device" == cuda ]]; then
   smi_rc=${PIPESTATUS[0]}
 fi
 
-# The device tests: bf16 training of every model variant, the risks on the device, and one update
-# captured in a CUDA graph against the eager losses (skipped on the CPU).
+# The device tests: bf16 training of every model variant, the risks, corruptions, heads, probes,
+# fine-tuning and DAE noise on the device, and one update captured in a CUDA graph against the
+# eager losses (skipped on the CPU).
 t0=$SECONDS
 MAE_TEST_DEVICE="$device" timeout -k 10 "${TESTS_TIMEOUT_S:-120}" "$py" -m pytest -rfEs -p no:cacheprovider \
   --junitxml "$out/tests.xml" tests/test_precision.py tests/test_objectives_device.py \
+  tests/test_corruptions.py tests/test_linear_head.py tests/test_images.py \
+  tests/test_probes.py::test_features_cross_to_the_device_once_and_come_back_once \
+  tests/test_probes.py::test_finetuning_indexes_its_batches_on_the_device_and_reads_the_host_once \
+  tests/test_probes.py::test_frozen_probes_train_the_bn_linear_head_on_the_models_device \
+  tests/test_train.py::test_the_dae_noise_is_drawn_on_the_trials_device_from_its_own_generator \
   tests/test_train_capturable.py::test_a_captured_update_gives_the_eager_losses_on_cuda 2>&1 | tee "$out/tests.txt"
 tests_rc=${PIPESTATUS[0]}
 tests_s=$((SECONDS - t0))

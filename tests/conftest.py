@@ -139,7 +139,11 @@ def _initialize_from_migrated(engine, original) -> None:
 
 @pytest.fixture(autouse=True, scope="session")
 def _stores_start_migrated():
-    from mlflow.store.db import utils
+    try:
+        from mlflow.store.db import utils
+    except ImportError:  # benchmarks/gpu_check.sh runs the device tests where MLflow is not installed
+        yield
+        return
 
     original = utils._initialize_tables
     migrated_store()
