@@ -18,7 +18,9 @@ reference, paper; :mod:`analysis.trials_file` reads the two back), ``findings.md
 ``correlations.{csv,md}``, for a search ``search.csv`` (its sampled configs ranked within
 each arm, in place of ``comparisons.csv``), ``fig_<what>.<fmt>`` (full text width, 7 in) and
 ``fig_<what>_column.<fmt>`` (one column, 3.3 in) for each requested format,
-``fig_reconstructions_<cell>.{png,pdf}`` when the trials logged reconstruction grids, and
+``fig_reconstructions_<cell>.{png,pdf}`` when the trials logged reconstruction grids,
+``fig_online`` (each online metric against update, one line per cell) when trials logged the
+``eval.every`` histories, and
 ``index.html`` (:mod:`analysis.page`; PNGs embedded as data URIs). Figure captions name the
 study's ``paper`` row; the figures themselves are :mod:`analysis.figures`'.
 """

@@ -35,6 +35,9 @@ def test_eval_every_writes_a_history_of_more_than_one_point(tmp_path, monkeypatc
         assert all(math.isfinite(m.value) and m.value >= 0 for m in history)
     assert all(0 <= m.value <= 1 for m in client.get_metric_history(run.info.run_id, "online_knn_acc"))
     assert run.data.params["eval.every"] == "5"
+    from evaluation.metrics import METRICS  # every metric a trial logs is a row of the table
+
+    assert [name for name in run.data.metrics if name not in METRICS and not name.startswith("system/")] == []
 
 
 @pytest.mark.parametrize("objective", ["mae", "ae"])
@@ -110,3 +113,20 @@ def test_online_keys_join_the_pretraining_key_only_when_on():
         "eval.every", "eval.online_images", "eval.features", "eval.val_fraction"}
     other_probe = pretrained.pretraining_config(tiny_config(**{"eval": {"every": 5, "fewshot": 4}}))
     assert on == other_probe
+
+
+def test_a_reusing_trial_carries_the_computing_trials_online_histories(tmp_path):
+    from studies.trial import run_trial
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    cache = pretrained.PretrainedCache(tmp_path / "pretrained")
+    online = {"eval.every": 2, "eval.online_images": 8}
+    first = tiny_config(steps=4, checkpoint_every=2, **online, **{"eval.fewshot": 2})
+    second = tiny_config(steps=4, checkpoint_every=2, **online, **{"eval.fewshot": 4})
+    runs = [run_trial(config, prepare_data(config), tracking_uri=uri, checkpoint_path=tmp_path / name / "c.pt",
+                      pretrained=cache, probes=False).run_id for config, name in ((first, "a"), (second, "b"))]
+    assert client.get_run(runs[1]).data.tags["pretraining"].startswith("reused ")
+    for key in ("online_knn_acc", "online_mae_risk"):
+        histories = [sorted((m.step, m.value) for m in client.get_metric_history(run, key)) for run in runs]
+        assert histories[0] == histories[1] and [step for step, _ in histories[0]] == [2, 4]
