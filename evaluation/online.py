@@ -15,8 +15,8 @@ histories with step = update, so a curve over lengths needs no run per length:
 
 Each subset holds up to ``eval.online_images`` images, drawn once per trial from the trial's
 seed. The evaluation does not change the training trajectory: it draws nothing from the
-training sampler (its own generators), leaves torch's global RNG as it found it, restores every
-module's train/eval mode, and computes no gradient.
+training sampler (its own generators), leaves torch's CPU RNG as it found it and draws nothing
+from the GPU's, restores every module's train/eval mode, and computes no gradient.
 """
 
 from __future__ import annotations
@@ -70,7 +70,9 @@ class OnlineEvaluation:
         """``online_knn_acc`` (and ``online_mae_risk`` for an MAE) of ``model`` as it is now."""
         config, device = self.config, next(model.parameters()).device
         modes = [(module, module.training) for module in model.modules()]
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        # torch's CPU RNG as it was (nothing here draws on the GPU's: eval mode, host generators;
+        # its state is left untouched, as a captured CUDA graph's generator expects)
+        with torch.random.fork_rng(devices=[]):
             try:
                 pool = config.eval.features
                 metrics = {"online_knn_acc": knn_accuracy(
