@@ -491,6 +491,55 @@ def training_curves(history: pd.DataFrame, frame: pd.DataFrame, hue: str | None 
     return fig
 
 
+def online_curves(histories: pd.DataFrame, frame: pd.DataFrame, axes: Sequence[str] = (),
+                  width: float | str = "full") -> Figure:
+    """The online evaluation's histories (``eval.every``; ``histories``: ``run_id, metric, step,
+    value``) against update, one panel per metric and one line per cell: the mean over seeds
+    with its 95% interval as a band. Colour is the first axis, line style the second."""
+    finished = _finished(frame)
+    hue = x_column(finished, axes[0]) if axes else None
+    style = axes[1] if len(axes) > 1 else None
+    data = histories.merge(finished[["run_id"] + [c for c in (hue, style) if c]], on="run_id")
+    metrics = [m for m in METRICS if m in set(data["metric"])]
+    hues = levels(data[hue]) if hue else [None]
+    styles = levels(data[style]) if style else [None]
+    colours = (ordered_palette if hue and is_ordered(data[hue]) else palette)(len(hues))
+    dashes = ["-", "--", ":", "-."]
+
+    def rows_of(rows: pd.DataFrame, column: str | None, value) -> pd.DataFrame:
+        if column is None:
+            return rows
+        return rows[rows[column].isna()] if value is None else rows[rows[column] == value]
+
+    raw = "target" not in finished or (finished["target"].dropna() == "raw").all()
+    with _styled():
+        fig, panels, size = _grid(len(metrics), _width(width), legend=bool(hue or style))
+        for ax, metric in zip(panels, metrics):
+            scale = 100.0 if is_accuracy(metric) else 1.0
+            for value, colour in zip(hues, colours):
+                for number, kind in enumerate(styles):
+                    rows = rows_of(rows_of(data[data["metric"] == metric], hue, value), style, kind)
+                    stats = [(step, mean_interval(group["value"] * scale, _bounds(metric)))
+                             for step, group in rows.groupby("step", sort=True)]
+                    if not stats:
+                        continue
+                    steps = [s for s, _ in stats]
+                    ax.plot(steps, [i.mean for _, i in stats], color=colour, ls=dashes[number % len(dashes)])
+                    low = np.array([i.low for _, i in stats])
+                    if np.isfinite(low).any():
+                        ax.fill_between(steps, low, [i.high for _, i in stats], color=colour, alpha=0.18, lw=0)
+            unit = "%" if scale == 100.0 else f"{'pixel²' if raw else 'target'} units"
+            ax.set_xlabel("update (step)")
+            ax.set_ylabel(_wrap(f"{METRICS[metric].label} ({unit})", size[1]))
+        if hue:
+            _legend(fig, [Line2D([], [], color=c) for c in colours], [value_text(axes[0], v) for v in hues],
+                    axis_label(axes[0]), "upper")
+        if style:
+            _legend(fig, [Line2D([], [], color="0.3", ls=dashes[i % len(dashes)]) for i in range(len(styles))],
+                    [value_text(style, v) for v in styles], axis_label(style), "lower")
+    return fig
+
+
 def objectives_comparison(frame: pd.DataFrame, width: float | str = "full") -> Figure:
     """Each downstream accuracy by objective (ae / dae / mae), one panel per metric, with the
     baselines as bands."""

@@ -18,7 +18,9 @@ reference, paper; :mod:`analysis.trials_file` reads the two back), ``findings.md
 ``correlations.{csv,md}``, for a search ``search.csv`` (its sampled configs ranked within
 each arm, in place of ``comparisons.csv``), ``fig_<what>.<fmt>`` (full text width, 7 in) and
 ``fig_<what>_column.<fmt>`` (one column, 3.3 in) for each requested format,
-``fig_reconstructions_<cell>.{png,pdf}`` when the trials logged reconstruction grids, and
+``fig_reconstructions_<cell>.{png,pdf}`` when the trials logged reconstruction grids,
+``fig_online`` (each online metric against update, one line per cell) when trials logged the
+``eval.every`` histories, and
 ``index.html`` (:mod:`analysis.page`; PNGs embedded as data URIs). Figure captions name the
 study's ``paper`` row; the figures themselves are :mod:`analysis.figures`'.
 """
@@ -50,7 +52,7 @@ from .frame import (
     load_study_info,
 )
 from evaluation import reconstruction_grid
-from evaluation.metrics import METRICS, RISK_MEANING_AXES, block_metric_names
+from evaluation.metrics import METRICS, ONLINE_METRICS, RISK_MEANING_AXES, block_metric_names
 from mae_core.grid import default_reference
 
 from .search import chosen_zip, search_ranking
@@ -234,7 +236,7 @@ def figure_caption(info: dict, sentence: str, frame: pd.DataFrame, by: Sequence[
 
 def _figure_plan(frame: pd.DataFrame, axes: Sequence[str], correlations: pd.DataFrame,
                  risks: Sequence[str], history: pd.DataFrame,
-                 info: dict) -> list[tuple[str, str, Callable[[float], Figure]]]:
+                 info: dict, online: pd.DataFrame | None = None) -> list[tuple[str, str, Callable[[float], Figure]]]:
     """(name, caption, builder of a figure at a width in inches) of every figure this study
     gets; built one at a time later."""
     axis = axes[0] if axes else None
@@ -273,7 +275,21 @@ def _figure_plan(frame: pd.DataFrame, axes: Sequence[str], correlations: pd.Data
                                                 "update; bands: 95% t-interval of the mean over seeds",
                                                 [axis] if axis else []),
                      lambda w: figures.training_curves(history, frame, hue=axis, width=w)))
+    if online is not None and len(online):
+        plan.append(("online", caption(f"{ONLINE_CAPTION}; bands: 95% t-interval of the mean over seeds"),
+                     lambda w: figures.online_curves(online, frame, cell, width=w)))
     return plan
+
+
+ONLINE_CAPTION = ("Online evaluation (eval.every) per update, one line per cell: kNN accuracy (k=20) on a "
+                  "fixed validation subset and, for an MAE, the masked risk on fixed test images and masks")
+
+
+def load_online(tracking_uri: str, run_ids: list[str]) -> pd.DataFrame:
+    """The online evaluation's histories of ``run_ids``: ``run_id, metric, step, value`` (empty
+    when no run logged one)."""
+    parts = [load_history(tracking_uri, run_ids, key).assign(metric=key) for key in ONLINE_METRICS]
+    return pd.concat(parts, ignore_index=True)[["run_id", "metric", "step", "value"]]
 
 
 def _make_figures(frame: pd.DataFrame, axes: Sequence[str], tracking_uri: str,
@@ -284,8 +300,9 @@ def _make_figures(frame: pd.DataFrame, axes: Sequence[str], tracking_uri: str,
     if not (frame["status"] == "FINISHED").any():
         return [], []  # nothing to plot; the tables say why
     history = load_history(tracking_uri, frame["run_id"].tolist(), "train_loss")
+    online = load_online(tracking_uri, frame["run_id"].tolist())
     made, names = [], []
-    for name, caption, build in _figure_plan(frame, axes, correlations, risks, history, info):
+    for name, caption, build in _figure_plan(frame, axes, correlations, risks, history, info, online):
         paths, png = figures.save_sizes(build, out, name, formats)
         made.append(_Figure(name, caption, png))
         names += [p.name for p in paths]

@@ -3,7 +3,8 @@
 ``risks`` (the spec's empirical risks on the test split), ``probes`` (linear, few-shot, kNN,
 fine-tuning, with their random-init, raw-pixel and tuned from-scratch baselines, every choice
 made on a validation split), ``linear_head`` (the MAE paper's BatchNorm + linear probe head),
-``finetune_recipe`` (fine-tuning's layer-wise decay and schedule), ``reconstructions`` (the
+``finetune_recipe`` (fine-tuning's layer-wise decay and schedule), ``online`` (kNN accuracy and
+masked risk every ``eval.every`` updates, during training), ``reconstructions`` (the
 figure of what the model reconstructs), and ``metrics``: the one table of metric names, labels,
 units, directions, references and the axes that change what a metric means, which progress
 lines, the report's frame, figures and statistics all read. Imports the engine (``mae_core``),

@@ -171,6 +171,12 @@ METRICS: dict[str, Metric] = _MetricTable({m.name: m for m in (
     Metric("data_train_test_duplicates", "bookkeeping", "test images equal to a training image",
            "number of test images byte-equal to a training image", "images", True),
     Metric("train_loss", "bookkeeping", "training loss", "training loss", "target", True),
+    # Online evaluation (eval.every; evaluation.online): histories with step = update, on fixed
+    # small subsets, so not the final probes' or risks' numbers (bookkeeping: never a finding).
+    Metric("online_knn_acc", "bookkeeping", "online kNN accuracy",
+           "kNN accuracy during training (fixed validation subset, k=20)", "fraction", False),
+    Metric("online_mae_risk", "bookkeeping", "online masked MSE",
+           "masked risk during training (fixed test subset and masks)", "target", True),
     Metric("train_seconds", "bookkeeping", "training time (s)", "training time", "s", True),
     # Compute (mae_core.compute): pretrain_seconds is train_seconds under the name the compute
     # columns share (both kept: older stores have train_seconds only).
@@ -195,6 +201,8 @@ RISK_METRICS = names("risk")  # the spec's risks only: what reports correlate wi
 DIAGNOSTIC_METRICS = names("diagnostic")
 DOWNSTREAM_METRICS = names("downstream")
 REFERENCE_METRICS = names("reference")
+# The online evaluation's histories (eval.every; evaluation.online), step = update
+ONLINE_METRICS = ("online_knn_acc", "online_mae_risk")
 # What a trial's pretraining and evaluation cost (mae_core.compute; bookkeeping rows above)
 COMPUTE_METRICS = ("model_parameters", "flops_per_update", "updates_per_second", "pretrain_seconds",
                    "eval_seconds")

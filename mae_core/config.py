@@ -144,6 +144,13 @@ class EvalConfig(BaseModel):
     scratch_eval_every: int | None = Field(
         None, ge=1, description="updates between validation scores of the tuned-length search; "
                                 "None = finetune_steps // 2")
+    # Online evaluation: the learning curve of one run (kNN accuracy and masked risk every N
+    # updates, step = update), so a curve over lengths needs no run per length. The trainer only
+    # says when (mae_core.train); what is measured is evaluation.online's.
+    every: int = Field(0, ge=0, description="updates between online evaluations (online_knn_acc, "
+                                            "online_mae_risk histories, step = update); 0 = off")
+    online_images: int = Field(256, ge=2, description="images in each fixed subset the online evaluation "
+                                                      "reads (kNN references, kNN queries, masked-risk images)")
 
     @field_validator("linear_cs", "knn_ks", "bn_linear_lrs", mode="before")
     @classmethod
@@ -203,6 +210,8 @@ class EvalConfig(BaseModel):
             if getattr(self, key) != unset and self.finetune_steps <= 0:
                 raise ValueError(f"{EVAL_PREFIX}.{key}={getattr(self, key)} needs "
                                  f"{EVAL_PREFIX}.finetune_steps > 0")
+        if self.online_images != EvalConfig.model_fields["online_images"].default and self.every <= 0:
+            raise ValueError(f"{EVAL_PREFIX}.online_images={self.online_images} needs {EVAL_PREFIX}.every > 0")
         if self.bn_linear_warmup_epochs >= self.bn_linear_epochs:
             raise ValueError(f"{EVAL_PREFIX}.bn_linear_warmup_epochs={self.bn_linear_warmup_epochs} must be "
                              f"below {EVAL_PREFIX}.bn_linear_epochs={self.bn_linear_epochs}")

@@ -607,6 +607,7 @@ def train(
     checkpoint_path: Path | None = None,
     on_log: Callable[[int, dict[str, float]], None] | None = None,
     on_checkpoint: Callable[[int, Path], None] | None = None,
+    on_evaluate: Callable[[int, nn.Module], None] | None = None,
     checkpoint_extra: dict[str, Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
     shard: Shard = Shard(),
@@ -615,6 +616,12 @@ def train(
 
     ``should_stop()`` is asked after every update; when it says yes the loop checkpoints that
     step (so nothing is lost) and raises :class:`TrainingInterrupted`.
+
+    ``on_evaluate(step, model)`` is called after update ``step`` when an online evaluation is due
+    (``eval.every``: every N updates and after the last), once the loss and gradients so far are
+    checked finite and before that step's checkpoint is written (a crash in between repeats it on
+    resume). The loop only says when; the callback measures without changing the trajectory
+    (:mod:`evaluation.online`).
 
     ``shard``: this process's rank in a data-parallel run (:mod:`mae_core.distributed`, with
     the process group already initialised): each rank computes its slice of every global batch,
@@ -670,8 +677,10 @@ def train(
             since_log += 1
             done = t + 1
             log_due = is_due(done, config.log_every, config.steps)
+            evaluate_due = on_evaluate is not None and config.eval.every > 0 and is_due(
+                done, config.eval.every, config.steps)
             checkpoint_due = checkpoint_path is not None and is_due(done, config.checkpoint_every, config.steps)
-            if log_due or checkpoint_due:
+            if log_due or checkpoint_due or evaluate_due:
                 watch.check(lr_at)  # the one host sync: nothing non-finite is recorded or saved
             if log_due:
                 history.append((done, float(running / since_log)))
@@ -679,6 +688,8 @@ def train(
                     on_log(done, {"train_loss": history[-1][1]})
                 running.zero_()
                 since_log = 0
+            if evaluate_due:
+                on_evaluate(done, model)
             stop = should_stop is not None and shard.any(should_stop(), device)
             if stop and checkpoint_path is not None and not checkpoint_due:
                 watch.check(lr_at)

@@ -13,12 +13,15 @@ own ``eval.*`` params and every metric; its ``pretraining`` tag says ``computed 
 ``reused KEY``.
 
 A reusing trial carries the computing trial's pretraining as its own, since it is the same
-computation: the ``train_loss`` history (the same steps and values), ``train_seconds`` (what its
+computation: the ``train_loss`` history (the same steps and values), with ``eval.every > 0`` the
+online evaluation's histories (copied from the computing run; the ``eval.*`` keys they read are
+then part of the key), ``train_seconds`` (what its
 encoder took to train), and a pointer, the ``pretraining_run`` tag (the computing run's id, whose
 ``checkpoint/checkpoint.pt`` artifact holds the encoder; ``mae-study evaluate`` follows it). It
 logs no checkpoint of its own.
 
-The key is a SHA-256 of: every key of ``Config.resolved()`` but ``eval.*`` (seed included), the
+The key is a SHA-256 of: every key of ``Config.resolved()`` but ``eval.*`` (seed included;
+with ``eval.every > 0`` also the ``eval.*`` keys of :data:`evaluation.online.READS`), the
 device the trial trains on, the versions of torch and numpy, the source of every module of the
 ``mae_core`` package (the engine that trains: an edited engine never reads an old encoder;
 robust to uncommitted edits, which a git commit is not), and the stored bytes of the pretraining
@@ -45,6 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from evaluation.online import READS as ONLINE_READS
 from mae_core.config import EVAL_PREFIX, Config
 from mae_core.images import ImageStore
 from mae_core.train import PatchData, resolve_device
@@ -70,8 +74,12 @@ def code_digest() -> str:
 
 
 def pretraining_config(config: Config) -> dict[str, Any]:
-    """Every resolved key the pretraining reads: all but the ``eval.*`` ones."""
-    return {key: value for key, value in config.resolved().items() if not key.startswith(f"{EVAL_PREFIX}.")}
+    """Every resolved key the pretraining reads: all but the ``eval.*`` ones, except, with
+    ``eval.every > 0``, those the online evaluation reads while it trains (its histories are
+    part of what a reusing trial carries over)."""
+    online = {f"{EVAL_PREFIX}.{key}" for key in ONLINE_READS} if config.eval.every > 0 else set()
+    return {key: value for key, value in config.resolved().items()
+            if not key.startswith(f"{EVAL_PREFIX}.") or key in online}
 
 
 def _hash_store(digest: "hashlib._Hash", name: str, images: ImageStore) -> None:

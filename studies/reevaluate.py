@@ -66,6 +66,10 @@ def eval_overrides(pairs: list[str]) -> dict[str, Any]:
     if other:
         raise EvaluateError(f"evaluate changes only eval.* keys (the encoders are not trained again); "
                             f"{other[0]} needs a new pretraining: mae-study run")
+    online = [key for key in keys if key in (f"{EVAL_PREFIX}.every", f"{EVAL_PREFIX}.online_images")]
+    if online:  # evaluation.online measures during training, which evaluate does not repeat
+        raise EvaluateError(f"{online[0]} is measured while the encoder trains; evaluate does not train: "
+                            f"mae-study run")
     return keys
 
 

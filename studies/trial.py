@@ -21,6 +21,7 @@ from evaluation.reconstructions import can_draw, reconstruction_grid
 from mae_core.config import Config
 from evaluation import evaluate_trial
 from evaluation.baselines import BaselineCache
+from evaluation.online import METRIC_NAMES as ONLINE_METRICS, OnlineEvaluation
 from mae_core.compute import compute_metrics
 from mae_core.distributed import Shard
 from mae_core.models import build_model, config_variant_name
@@ -133,7 +134,8 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
         started = time.perf_counter()
         with interruption.deferred() if interruption is not None else nullcontext():
             result = train(config, data, checkpoint_path=checkpoint_path, on_log=on_log,
-                           on_checkpoint=on_checkpoint, checkpoint_extra={"mlflow_run_id": run_id},
+                           on_checkpoint=on_checkpoint, on_evaluate=_online_evaluation(client, run_id, config, data),
+                           checkpoint_extra={"mlflow_run_id": run_id},
                            should_stop=interruption.requested if interruption is not None else None,
                            shard=shard)
         return result, time.perf_counter() - started
@@ -182,6 +184,32 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
     return metrics, train_seconds
 
 
+def _online_evaluation(client: MlflowClient, run_id: str, config: Config,
+                       data: PatchData) -> Callable[[int, object], None] | None:
+    """``eval.every > 0``: the training loop's ``on_evaluate``, which logs the online metrics
+    (:mod:`evaluation.online`) at step = update, skipping a step a resumed run logged already."""
+    if config.eval.every <= 0:
+        return None
+    online = OnlineEvaluation(config, data)
+    already = tracking.logged_steps(client, run_id, ONLINE_METRICS[0])
+
+    def on_evaluate(step: int, model) -> None:
+        if step not in already:
+            tracking.log_metrics(client, run_id, online(model), step, int(time.time() * 1000))
+
+    return on_evaluate
+
+
+def _copy_online_histories(client: MlflowClient, source_run_id: str, run_id: str) -> None:
+    """A reusing trial's online histories: the computing trial's, which read the same encoder
+    at the same steps with the same online settings (they are part of the pretraining key)."""
+    for key in ONLINE_METRICS:
+        already = tracking.logged_steps(client, run_id, key)
+        for point in client.get_metric_history(source_run_id, key):
+            if point.step not in already:
+                tracking.log_metrics(client, run_id, {key: point.value}, point.step, point.timestamp)
+
+
 def _shared_pretraining(client: MlflowClient, run_id: str, config: Config, data: PatchData,
                         pretrained: shared.PretrainedCache, train_own, on_log,
                         checkpoint_path: Path | None) -> tuple[TrainResult, float]:
@@ -203,5 +231,7 @@ def _shared_pretraining(client: MlflowClient, run_id: str, config: Config, data:
     tracking.set_tags(client, run_id, {shared.TAG: f"reused {key}", shared.SOURCE_TAG: found.run_id})
     for step, loss in found.history:
         on_log(step, {"train_loss": loss})
+    if config.eval.every > 0:
+        _copy_online_histories(client, found.run_id, run_id)
     model = found.load_into(build_model(config)).to(resolve_device(config.device)).eval()
     return TrainResult(model=model, steps=config.steps, history=list(found.history)), found.train_seconds

@@ -536,3 +536,58 @@ def test_the_report_command_reads_the_out_folder_and_refuses_mixing_in_one_line(
     status, stdout, _ = report("--smoke", "--report-dir", "elsewhere")
     assert status == 0 and stdout.strip() == f"report: {(tmp_path / 'elsewhere' / 'index.html').resolve()}"
     assert "(smoke run)</h1>" in (tmp_path / "elsewhere" / "index.html").read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------- online evaluation
+
+
+ONLINE_STEPS = (5, 10, 15)
+
+
+def _online_store(folder) -> str:
+    """A mask_ratio study whose trials logged eval.every's histories (two cells, two seeds)."""
+    uri = f"sqlite:///{folder}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("mae-study", artifact_location=str(folder / "artifacts"))
+    parent = client.create_run(experiment, tags={"study": "online", "study_axes": json.dumps(["mask_ratio"]),
+                                                 "grid": json.dumps({"mask_ratio": [0.5, 0.75]})}).info.run_id
+    for ratio in (0.5, 0.75):
+        for seed in SEEDS:
+            run = client.create_run(experiment, tags={"study": "online", "mlflow.parentRunId": parent}).info.run_id
+            params = [Param(k, str(v)) for k, v in Config(mask_ratio=ratio, seed=seed).resolved().items()]
+            online = [Metric(key, value, 0, step) for step in ONLINE_STEPS for key, value in (
+                ("online_knn_acc", 0.5 + step / 100 - ratio / 10 + 0.01 * seed),
+                ("online_mae_risk", 0.1 / step + ratio / 10))]
+            finals = [Metric(k, v, 0, 15) for k, v in _metrics(ratio, seed).items()]
+            client.log_batch(run, metrics=online + finals, params=params)
+            client.set_terminated(run, "FINISHED")
+    client.set_terminated(parent, "FINISHED")
+    return uri
+
+
+def test_online_curves_one_panel_per_metric_one_line_per_cell(tmp_path):
+    from analysis.report import load_online
+
+    uri = _online_store(tmp_path)
+    frame = load_runs(uri, "online")
+    online = load_online(uri, frame["run_id"].tolist())
+    assert len(online) == 2 * 2 * len(SEEDS) * len(ONLINE_STEPS)
+    fig = figures.online_curves(online, frame, ["mask_ratio"])
+    try:
+        assert len(fig.axes) == 2  # one metric per panel
+        assert [ax.get_ylabel().replace("\n", " ") for ax in fig.axes] == [
+            "online kNN accuracy (%)", "online masked MSE (pixel² units)"]
+        for ax in fig.axes:
+            assert [len(line.get_xdata()) for line in ax.lines] == [len(ONLINE_STEPS)] * 2  # a line per cell
+        knn = fig.axes[0].lines[0].get_ydata()  # ratio 0.5, mean over the two seeds, in %
+        assert knn == pytest.approx([100 * (0.5 + s / 100 - 0.05 + 0.005) for s in ONLINE_STEPS])
+    finally:
+        figures.close(fig)
+
+
+def test_the_report_draws_online_curves_only_when_a_run_logged_them(tmp_path, report):
+    index = write_report("online", _online_store(tmp_path / "store"), tmp_path / "report", formats=("png",))
+    names = {p.name for p in index.parent.iterdir()}
+    assert {"fig_online.png", "fig_online_column.png"} <= names
+    assert "Online evaluation" in index.read_text(encoding="utf-8")
+    assert not any(p.name.startswith("fig_online") for p in report.parent.iterdir())  # no histories: no figure
