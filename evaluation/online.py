@@ -63,7 +63,7 @@ class OnlineEvaluation:
 
         self.references, self.reference_labels = patches(data.train_images, references), labels[references]
         self.queries, self.query_labels = patches(data.train_images, queries), labels[queries]
-        self.test = patches(data.test_images, tested) if config.objective == "mae" else None
+        self.test = patches(data.test_images, tested) if config.objective_spec.masked else None
 
     @torch.no_grad()
     def __call__(self, model: nn.Module) -> dict[str, float]:

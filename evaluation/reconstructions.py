@@ -49,17 +49,17 @@ def reconstruction_grid(model, config: Config, patches: torch.Tensor, image_shap
     shown = x.clone()
     hidden = torch.zeros_like(x, dtype=torch.bool)  # [N,M,q]: True where the encoder saw nothing
     device = next(model.parameters()).device
-    if config.objective == "mae":
+    if config.objective_spec.masked:
         visible = sample_visible(x.shape[0], x.shape[1], config.num_visible, generator,
                                  config.mask_sampling, config.grid)
         pred = model(x.to(device), visible.to(device)).float().cpu()
         hidden[masked_positions(visible, x.shape[1])] = True
         middle = f"encoder input ({config.effective_mask_ratio:.0%} masked)"
     else:
-        if config.objective == "dae":
+        if config.objective_spec.corrupted:
             shown = corrupt(x, config.resolved_corruption, config.corruption_level, generator)
         pred = model(shown.to(device)).float().cpu()
-        middle = "encoder input" + (f" ({config.resolved_corruption})" if config.objective == "dae" else "")
+        middle = "encoder input" + (f" ({config.resolved_corruption})" if config.objective_spec.corrupted else "")
     recon = _to_pixels(pred, x, config.target)
     hidden_pixels = _images(hidden.float(), config, image_shape).any(axis=-1)  # [N,H,W]
     return ReconstructionGrid(_images(x, config, image_shape), _images(shown, config, image_shape),

@@ -33,9 +33,9 @@ def reconstruction_metrics(model: nn.Module, config: Config, data: PatchData) ->
     all_visible = empirical_rec_risk(model, on_model, config.target)
     metrics: dict[str, float] = {
         "test_baseline_risk": mean_pixel_baseline_risk(data.train_patches, test, config.target),
-        "test_allvisible_rec_risk" if config.objective == "mae" else "test_rec_risk": all_visible,
+        "test_allvisible_rec_risk" if config.objective_spec.masked else "test_rec_risk": all_visible,
     }
-    if config.objective == "mae":
+    if config.objective_spec.masked:
         risk = empirical_mae_risk(
             model, on_model, config.num_visible, config.target, masks="exact",
             generator=torch.Generator().manual_seed(config.seed + 2),
@@ -43,7 +43,7 @@ def reconstruction_metrics(model: nn.Module, config: Config, data: PatchData) ->
         )
         metrics.update(test_mae_risk=risk.value, test_mae_risk_stderr=risk.stderr,
                        test_mae_risk_masks=float(risk.num_masks))
-    if config.objective == "dae":
+    if config.objective_spec.corrupted:
         # the law is drawn on the host (its seeded CPU generator); the risk moves it once
         law = finite_corruption_law(test, config.resolved_corruption, config.corruption_level,
                                     config.corruption_copies, seed=config.seed + 3)

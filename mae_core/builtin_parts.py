@@ -1,4 +1,4 @@
-"""The built-in targets, corruptions, mask samplers and file formats, registered with the same
+"""The built-in objectives, targets, corruptions, mask samplers and file formats, registered with the same
 decorators a plugin uses (:mod:`mae_core.registry`).
 
 Each entry is a thin wrapper over the module that does the work (targets, corruptions, masking,
@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .registry import DatasetFormat, corruption, dataset_formats, mask_sampler, target
+from .registry import DatasetFormat, corruption, dataset_formats, mask_sampler, objective, target
+
+# ----------------------------------------------------------------------------- objectives
+
+objective("mae", masked=True, doc="masked risk: the encoder sees k visible patches, the loss the masked ones")
+objective("ae", masked=False, doc="reconstruction risk: the bottleneck pair on every patch")
+objective("dae", masked=False, corrupted=True, doc="denoising risk: the bottleneck pair on a corrupted copy")
 
 # ------------------------------------------------------------------------------ targets
 

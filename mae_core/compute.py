@@ -66,11 +66,11 @@ def representative_batch(config: Config, data, device: torch.device) -> tuple[to
     index = np.arange(config.batch_size) % len(store)
     clean = patchify(store.floats(index), data.patch_size).to(device)
     generator = torch.Generator().manual_seed(config.seed)
-    if config.objective == "mae":
+    if config.objective_spec.masked:
         visible = sample_visible(config.batch_size, config.num_patches, config.num_visible, generator,
                                  config.mask_sampling, config.grid)
         return clean, visible.to(device)
-    if config.objective == "dae":
+    if config.objective_spec.corrupted:
         return corrupt(clean, config.resolved_corruption, config.corruption_level, generator), None
     return clean, None
 

@@ -268,8 +268,9 @@ class Config(BaseModel):
         "batch, outside the spec's procedure")
 
     # objective (spec: MAE masked risk; AE reconstruction risk; DAE denoising risk)
-    objective: Literal["mae", "ae", "dae"] = Field(
-        "mae", description="mae: masked risk; ae: reconstruction risk; dae: denoising risk")
+    objective: str = Field(
+        "mae", description="mae: masked risk; ae: reconstruction risk; dae: denoising risk",
+        json_schema_extra={"registry": "objectives"})
     mask_ratio: float = Field(0.75, gt=0.0, lt=1.0, description="ρ; visible count k = int(M·(1-ρ))")
     mask_sampling: str = Field("random", description="random = the spec's Uniform(V_k)",
                                json_schema_extra={"registry": "mask_samplers"})
@@ -349,7 +350,7 @@ class Config(BaseModel):
         except ValidationError as error:
             raise ConfigError(_one_line(error)) from None
 
-    @field_validator("target", "corruption", "mask_sampling")
+    @field_validator("objective", "target", "corruption", "mask_sampling")
     @classmethod
     def _registered(cls, value: str | None, info: Any) -> str | None:
         """One of the registry's names (built-in or a loaded plugin's): :mod:`mae_core.registry`."""
@@ -390,7 +391,7 @@ class Config(BaseModel):
         except PatchSizeError as error:
             raise ValueError(f"patch_size: {error}") from None
         k, m = self.num_visible, self.num_patches
-        if self.objective == "mae" and not 1 <= k <= m - 1:
+        if self.objective_spec.masked and not 1 <= k <= m - 1:
             raise ValueError(
                 f"mask_ratio={self.mask_ratio} gives k=int({m}·(1-ρ))={k} visible patches; "
                 f"k must lie in [1, {m - 1}] for M={m}"
@@ -401,11 +402,11 @@ class Config(BaseModel):
                 raise ValueError(f"{part}_width={width} must be divisible by {part}_heads={heads}")
             if self.pos_embed == "sincos" and width % 4:
                 raise ValueError(f"{part}_width={width} must be a multiple of 4 for pos_embed=sincos")
-        if self.corruption not in (None, "none") and self.objective != "dae":
-            raise ValueError(f"corruption={self.corruption} applies only to objective=dae")
-        if self.objective == "dae" and self.corruption == "none":
+        if self.corruption not in (None, "none") and not self.objective_spec.corrupted:
+            raise ValueError(f"corruption={self.corruption} applies only to objective={_objectives(corrupted=True)}")
+        if self.objective_spec.corrupted and self.corruption == "none":
             others = [name for name in registry.corruptions.names() if name != "none"]
-            raise ValueError(f"objective=dae needs a corruption: {', '.join(others)}")
+            raise ValueError(f"objective={self.objective} needs a corruption: {', '.join(others)}")
         at_most = registry.corruptions.get(self.resolved_corruption).level_at_most
         if at_most is not None and self.corruption_level > at_most:
             raise ValueError(f"corruption_level={self.corruption_level} must be in [0, {at_most:g}] "
@@ -417,13 +418,13 @@ class Config(BaseModel):
         if self.augment != "none" and self.target == "norm":
             raise ValueError(f"augment={self.augment} with target=norm: a resized crop can hold constant "
                              "patches, where the strict T_norm is undefined; use target=norm_eps")
-        if self.mask_token_in_encoder and self.objective != "mae":
-            raise ValueError("mask_token_in_encoder applies only to objective=mae")
+        if self.mask_token_in_encoder and not self.objective_spec.masked:
+            raise ValueError(f"mask_token_in_encoder applies only to objective={_objectives(masked=True)}")
         # The capturable loop draws I_t and V_t ahead into fixed buffers; the corruption and the
         # crops are drawn per update (the crops from the host sampler), and are not drawn ahead.
-        if self.capturable and self.objective == "dae":
-            raise ValueError("capturable=true needs objective=mae or ae: objective=dae draws its corruption "
-                             "per update, not ahead")
+        if self.capturable and self.objective_spec.corrupted:
+            raise ValueError(f"capturable=true needs objective={_objectives(corrupted=False)}: "
+                             f"objective={self.objective} draws its corruption per update, not ahead")
         if self.capturable and self.augment != "none":
             raise ValueError(f"capturable=true needs augment=none: augment={self.augment} draws its crops "
                              "on the host per update")
@@ -480,7 +481,7 @@ class Config(BaseModel):
         """k = int(M·(1-ρ)) for the MAE; every patch for the AE and DAE."""
         from .masking import num_visible_for
 
-        if self.objective != "mae":
+        if not self.objective_spec.masked:
             return self.num_patches
         return num_visible_for(self.num_patches, self.mask_ratio)
 
@@ -498,7 +499,12 @@ class Config(BaseModel):
     def resolved_corruption(self) -> str:
         if self.corruption is not None:
             return self.corruption
-        return "gaussian" if self.objective == "dae" else "none"
+        return "gaussian" if self.objective_spec.corrupted else "none"
+
+    @property
+    def objective_spec(self) -> registry.Objective:
+        """What the objective is (:class:`mae_core.registry.Objective`): masked, corrupted."""
+        return registry.objectives.get(self.objective)
 
     @property
     def actual_lr(self) -> float:
@@ -622,6 +628,12 @@ def allowed_values(field: FieldInfo) -> str:
     if type(None) in _union_members(field.annotation):
         words.append(NULL)
     return " | ".join(words)
+
+
+def _objectives(**answers: bool) -> str:
+    """The registered objectives with these answers (``masked=True``): ``mae``, or ``mae | mine``."""
+    return " | ".join(name for name in registry.objectives.names()
+                      if all(getattr(registry.objectives.get(name), key) == value for key, value in answers.items()))
 
 
 def _registry_of(field: FieldInfo) -> str | None:

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from .encoders import build_encoder
+from .registry import objectives
 from .transformer import Positions, Transformer, ViTEncoder, gather_positions, init_weights
 
 
@@ -238,7 +239,7 @@ def variant_name(objective: str, encoder_width: int, encoder_depth: int, decoder
     ``mae_timm-vit_tiny_patch16_224_w64d4_dec32d2`` for ``encoder=timm:vit_tiny_patch16_224``)."""
     kind = encoder.replace(":", "-")
     name = f"{objective}_{kind}_w{encoder_width}d{encoder_depth}_dec{decoder_width}d{decoder_depth}"
-    if objective in ("ae", "dae"):
+    if not objectives.get(objective).masked:  # the bottleneck pair: its latent width
         name += f"_z{latent_dim}"
     if mask_token_in_encoder:
         name += "_enc_mask_token"
@@ -259,7 +260,7 @@ def build_model(config) -> nn.Module:
         mlp_ratio=config.mlp_ratio, pos_embed=config.pos_embed, class_token=config.class_token,
         out_dim=config.target_dim,
     )
-    if config.objective == "mae":
+    if config.objective_spec.masked:
         return MaskedAutoencoder(**common, mask_token_in_encoder=config.mask_token_in_encoder)
     return BottleneckAutoencoder(**common, latent_dim=config.latent_dim)
 

@@ -1,5 +1,5 @@
-"""One registry per choice: the one place each target, corruption, mask sampler and dataset
-format is defined, built-in or a plugin's.
+"""One registry per choice: the one place each objective, target, corruption, mask sampler and
+dataset format is defined, built-in or a plugin's.
 
 A plugin module (``--plugin``, a study file's ``plugins:``, the entry-point group
 ``mae_study.plugins``; :mod:`mae_core.plugins`) registers its parts with the decorators below,
@@ -18,6 +18,12 @@ as the built-ins do (:mod:`mae_core.builtin_parts`). The public contract (shapes
   ``dataset=kind:PATH`` then works like a built-in format.
 * ``@mask_sampler(name)`` on ``fn(batch_size, num_patches, num_visible, grid, generator)
   -> LongTensor[B,k]``: k distinct positions per image (sorted by the caller).
+* ``objective(name, masked=..., corrupted=..., doc=...)`` declares an objective by what its
+  updates draw: ``masked`` trains the visible-only MAE on ``k`` patches of ``V_t`` and is judged
+  by the masked risk; otherwise the bottleneck pair sees all ``M`` patches and is judged by the
+  reconstruction risk; ``corrupted`` feeds the encoder a corrupted copy (``corruption=``, judged
+  by the denoising risk as well). The trainer, the model, the risks, the pictures, the config's
+  rules and the run names read these two answers, never the objective's name.
 
 This module imports no torch, so the config can list every name without it.
 """
@@ -123,6 +129,22 @@ def _ensure_builtins() -> None:
 
 
 @dataclass(frozen=True)
+class Objective:
+    """What an objective is, as everything downstream reads it (spec: the MAE's masked risk, the
+    AE's reconstruction risk, the DAE's denoising risk)."""
+
+    name: str
+    masked: bool  # the encoder sees the k visible patches of V_t; False: all M patches
+    corrupted: bool = False  # the encoder's input is a corrupted copy X̃ (a corruption is required)
+    doc: str = ""
+
+    def risk_names(self) -> tuple[str, ...]:
+        """The test risks a trial of this objective logs (evaluation.risks)."""
+        return (("test_mae_risk", "test_allvisible_rec_risk") if self.masked else ("test_rec_risk",)) + \
+            (("test_den_risk",) if self.corrupted else ())
+
+
+@dataclass(frozen=True)
 class Target:
     """``T`` applied patch by patch: ``function(patches[B,M,q]) -> [B,M,out_dim or q]``."""
 
@@ -171,6 +193,7 @@ class DatasetFormat:
     function: Callable | None = None  # a plugin's fn(path), for duplicate checks
 
 
+objectives: Registry[Objective] = Registry("objective")
 targets: Registry[Target] = Registry("target")
 corruptions: Registry[Corruption] = Registry("corruption")
 mask_samplers: Registry[MaskSampler] = Registry("mask_sampling")
@@ -178,6 +201,15 @@ dataset_formats: Registry[DatasetFormat] = Registry("dataset")
 
 
 # --------------------------------------------------------------------------- decorators
+
+
+def objective(name: str, *, masked: bool, corrupted: bool = False, doc: str = "") -> Objective:
+    """Declare ``objective=name``: ``masked`` (the MAE's visible-only encoder and masked risk) or
+    not (the bottleneck pair on all patches), and ``corrupted`` (a DAE's corrupted input). Not
+    both: no risk of the spec judges a masked model on corrupted inputs."""
+    if masked and corrupted:
+        raise UserError(f"objective {name!r}: masked or corrupted, not both (no risk of the spec covers both)")
+    return objectives.register(name, Objective(name, bool(masked), bool(corrupted), doc))
 
 
 def target(name: str, out_dim: int | None = None, *, inverse: Callable | None = None,

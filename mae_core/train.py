@@ -285,7 +285,7 @@ def noise_generator(config: Config, device: torch.device, sampler: torch.Generat
     run draws the noise the uninterrupted one would have. The spec allows either: a stochastic
     denoising corruption is any random image on the same probability space as X, its dependence
     arbitrary (spec, population denoising risk; Vincent et al. eq. 5 samples it per update)."""
-    if config.objective != "dae" or device.type == "cpu":
+    if not config.objective_spec.corrupted or device.type == "cpu":
         return sampler
     return torch.Generator(device).manual_seed(config.seed + 2)
 
@@ -348,8 +348,8 @@ def graph_blocker(config: Config, device: torch.device, images_in_memory: bool =
     Each reason names the key (and, where it is one, what in the update needs the host); the
     variants captured are the ones issue 26 asks for: objective mae | ae, mask_sampling random |
     grid, precision fp32 | bf16, with AdamW, no augmentation and the images in memory."""
-    if config.objective == "dae":
-        return "objective=dae draws its corruption per update, not ahead into fixed buffers"
+    if config.objective_spec.corrupted:
+        return f"objective={config.objective} draws its corruption per update, not ahead into fixed buffers"
     if config.mask_sampling == "block":
         return "mask_sampling=block is not captured (random and grid are)"
     if resolve_precision(config.precision, device) == "fp16":
@@ -446,16 +446,16 @@ class EagerUpdate:
         # corruption) as one process would, then keeps its rows. Without augmentation or
         # corruption nothing is drawn per image, so a rank reads only its own images.
         rows = p.shard.rows(config.batch_size) if p.shard.active else slice(None)
-        whole = config.augment != "none" or config.objective == "dae"
+        whole = config.augment != "none" or config.objective_spec.corrupted
         # the augmentation (none by default: it draws nothing then) draws from the same sampler
         clean = patchify(augment(p.images(index if whole else index[rows]), config.augment, p.sampler,
                                  self.value_range), p.patch_size)  # [B,M,q] (this rank's rows of it)
         visible = x = None
-        if config.objective == "mae":
+        if config.objective_spec.masked:
             visible = sample_visible(config.batch_size, config.num_patches, config.num_visible, p.sampler,
                                      config.mask_sampling, config.grid)[rows]  # V_t
             visible = visible.to(clean.device, non_blocking=True)
-        elif config.objective == "dae":  # X̃ drawn beside the images (on the CPU: from the sampler)
+        elif config.objective_spec.corrupted:  # X̃ drawn beside the images (on the CPU: from the sampler)
             x = corrupt(clean, config.resolved_corruption, config.corruption_level,
                         p.sampler if p.noise is None else p.noise)[rows]
         if p.images.reader is not None and t + 1 < config.steps:  # images on disk: read I_{t+1} meanwhile
@@ -504,7 +504,7 @@ class CapturableUpdate:
         batch, k = config.batch_size, config.num_visible
         self.index = torch.zeros(DRAW_AHEAD, batch, dtype=torch.long, device=device)  # I_t of the drawn updates
         self.visible = (torch.zeros(DRAW_AHEAD, batch, k, dtype=torch.long, device=device)
-                        if config.objective == "mae" else None)  # V_t
+                        if config.objective_spec.masked else None)  # V_t
         self.slot = torch.zeros((), dtype=torch.long, device=device)  # t - first drawn update
         self.host_index: torch.Tensor | None = None  # [updates, B] on the CPU: images read from disk
         self.first = self.end = start  # the drawn updates are [first, end)

@@ -58,7 +58,7 @@ def _log_reconstructions(client: MlflowClient, run_id: str, model, config: Confi
 
 def trial_run_name(config: Config, prefix: str = "") -> str:
     """E.g. ``mae_vit_w64d4_dec32d2-r0.75-s0``: the variant, its ratio and its seed."""
-    ratio = f"-r{config.mask_ratio:g}" if config.objective == "mae" else ""
+    ratio = f"-r{config.mask_ratio:g}" if config.objective_spec.masked else ""
     return f"{prefix}{config_variant_name(config)}{ratio}-s{config.seed}"
 
 

@@ -3,6 +3,8 @@ choices, the config's choice keys and the engine's name tuples read them, duplic
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -109,3 +111,35 @@ def test_a_plugin_mask_sampler_and_corruption_are_used(restored):
     assert sample_visible(2, 16, 4, scheme="first_k").tolist() == [[0, 1, 2, 3]] * 2
     assert torch.equal(corrupt(torch.zeros(2, 3), "flip", 0.5), torch.ones(2, 3))
     assert Config(mask_sampling="first_k").mask_sampling == "first_k"
+
+
+def test_an_objective_is_declared_by_what_it_draws_and_everything_reads_those_answers():
+    from mae_core import build_model
+    from mae_core.models import BottleneckAutoencoder, MaskedAutoencoder
+    from conftest import tiny_config
+    from mae_core.registry import objective, objectives
+
+    saved = objectives.snapshot()
+    try:
+        assert [(o.name, o.masked, o.corrupted) for o in map(objectives.get, objectives.names())] == [
+            ("mae", True, False), ("ae", False, False), ("dae", False, True)]
+        objective("noisy_ae", masked=False, corrupted=True, doc="a second denoising objective")
+        config = tiny_config(objective="noisy_ae", corruption="masking", corruption_level=0.5)
+        assert config.num_visible == config.num_patches and config.resolved_corruption == "masking"
+        assert isinstance(build_model(config), BottleneckAutoencoder)
+        assert isinstance(build_model(tiny_config(objective="mae")), MaskedAutoencoder)
+        assert objectives.get("noisy_ae").risk_names() == ("test_rec_risk", "test_den_risk")
+        from evaluation.risks import reconstruction_metrics
+        from mae_core import prepare_data, train
+
+        data = prepare_data(config)
+        result = train(config, data)  # the trainer draws X̃ for it as for dae
+        assert {"test_rec_risk", "test_den_risk"} <= set(reconstruction_metrics(result.model, config, data))
+        with pytest.raises(ConfigError, match=re.escape("corruption=gaussian applies only to objective=dae | noisy_ae")):
+            tiny_config(objective="ae", corruption="gaussian")
+        with pytest.raises(UserError, match="not both"):
+            objective("masked_dae", masked=True, corrupted=True)
+        with pytest.raises(ConfigError, match="objective"):
+            tiny_config(objective="nope")
+    finally:
+        objectives.restore(saved)
