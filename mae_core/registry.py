@@ -24,6 +24,8 @@ as the built-ins do (:mod:`mae_core.builtin_parts`). The public contract (shapes
   reconstruction risk; ``corrupted`` feeds the encoder a corrupted copy (``corruption=``, judged
   by the denoising risk as well). The trainer, the model, the risks, the pictures, the config's
   rules and the run names read these two answers, never the objective's name.
+* ``@encoder(name)`` on ``factory(config, num_patches, patch_dim) -> Encoder`` (the protocol and
+  its shapes: :mod:`mae_core.encoders`, re-exported here); ``encoder=name`` then builds it.
 
 This module imports no torch, so the config can list every name without it.
 """
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from .encoders import ENCODERS, encoder  # noqa: F401  (the encoder registry, one import away)
 from .errors import UserError
 
 Entry = TypeVar("Entry")
