@@ -20,7 +20,6 @@ from __future__ import annotations
 import io
 import math
 import textwrap
-import typing
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,7 +37,7 @@ from matplotlib.patches import Patch
 from matplotlib.transforms import offset_copy
 
 from evaluation.metrics import ACCURACY, METRICS
-from mae_core.config import Config
+from mae_core.config import Config, declared_choices
 
 from .intervals import LEVEL, mean_interval
 from .labels import AXIS_LABELS, axis_label, is_accuracy, value_text
@@ -149,13 +148,8 @@ def x_column(frame: pd.DataFrame, axis: str) -> str:
 
 
 def _declared_order(key: str | None) -> list:
-    """A Literal config key's values in the order Config declares them (e.g. raw, norm, norm_eps)."""
-    field = Config.model_fields.get(key) if key else None
-    if field is None:
-        return []
-    args = typing.get_args(field.annotation)
-    literal = next((a for a in args if typing.get_origin(a) is typing.Literal), field.annotation)
-    return list(typing.get_args(literal)) if typing.get_origin(literal) is typing.Literal else []
+    """A choice key's values in the order Config declares them (raw, norm, norm_eps; mae, ae, dae)."""
+    return declared_choices(key) if key else []
 
 
 def levels(values: pd.Series, key: str | None = None) -> list:

@@ -630,6 +630,18 @@ def allowed_values(field: FieldInfo) -> str:
     return " | ".join(words)
 
 
+def declared_choices(key: str) -> list:
+    """A choice key's values in their declared order: its registry's names (built-ins first, then
+    a plugin's) or its ``Literal``'s; [] for a key that is no choice (or no key)."""
+    field = Config.model_fields.get(key)
+    if field is None:
+        return []
+    if _registry_of(field) is not None:
+        return list(_choices(field).names())
+    literal = next((m for m in _union_members(field.annotation) if typing.get_origin(m) is Literal), None)
+    return list(typing.get_args(literal)) if literal is not None else []
+
+
 def _objectives(**answers: bool) -> str:
     """The registered objectives with these answers (``masked=True``): ``mae``, or ``mae | mine``."""
     return " | ".join(name for name in registry.objectives.names()
