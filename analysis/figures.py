@@ -147,17 +147,13 @@ def x_column(frame: pd.DataFrame, axis: str) -> str:
     return axis
 
 
-def _declared_order(key: str | None) -> list:
-    """A choice key's values in the order Config declares them (raw, norm, norm_eps; mae, ae, dae)."""
-    return declared_choices(key) if key else []
-
-
 def levels(values: pd.Series, key: str | None = None) -> list:
-    """Distinct values: a Literal key in Config's declared order, otherwise sorted (numbers
+    """Distinct values: a choice key in its declared order (config.declared_choices), otherwise sorted (numbers
     numerically, False before True); None last."""
     distinct = [v.item() if isinstance(v, np.generic) else v for v in dict.fromkeys(values.tolist())]
     present = [v for v in distinct if v is not None and v == v]
-    declared = _declared_order(key if key is not None else values.name)
+    key = key if key is not None else values.name
+    declared = declared_choices(key) if key else []  # raw, norm, norm_eps; mae, ae, dae
     rank = {v: i for i, v in enumerate(declared)}
     present.sort(key=lambda v: (rank.get(v, len(rank)), str(type(v)), v))
     return present + ([None] if len(present) < len(distinct) else [])

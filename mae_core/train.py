@@ -670,6 +670,7 @@ def train(
               else EagerUpdate(parts, value_range=(0.0, 1.0) if data.pretraining.table is not None else None))
     running, watch = parts.running, parts.watch
 
+    pause_at = pause_step_for_tests()
     model.train()
     try:
         for t in range(loop.step, config.steps):
@@ -709,7 +710,8 @@ def train(
                     on_checkpoint(done, checkpoint_path)
             if stop:
                 raise TrainingInterrupted(done, checkpoint_path)
-            hold_for_tests(done, should_stop)
+            if done == pause_at:
+                hold_for_tests(should_stop)
     finally:
         parts.images.close()  # the prefetching thread (images on disk), on every way out
     model.eval()
@@ -721,15 +723,19 @@ def train(
 PAUSE_VARIABLE = "MAE_TEST_PAUSE_AT_STEP"
 
 
-def hold_for_tests(done: int, should_stop: Callable[[], bool] | None, limit_s: float = 900.0) -> None:
-    """With ``MAE_TEST_PAUSE_AT_STEP=N`` in the environment, hold the loop after update N (its log
-    and checkpoint written) until a stop is asked, the process is killed, or ``limit_s`` passes.
+def pause_step_for_tests() -> int | None:
+    """The update after which :func:`hold_for_tests` holds the loop: ``MAE_TEST_PAUSE_AT_STEP=N``
+    in the environment (read once per run), else None.
 
     Interrupt tests signal a run at a known step instead of racing a timer against the loop: a
-    fast machine no longer finishes training before the signal lands. Unset, it costs one dict
-    lookup per update."""
-    if os.environ.get(PAUSE_VARIABLE) != str(done):
-        return
+    fast machine no longer finishes training before the signal lands."""
+    value = os.environ.get(PAUSE_VARIABLE)
+    return int(value) if value else None
+
+
+def hold_for_tests(should_stop: Callable[[], bool] | None, limit_s: float = 900.0) -> None:
+    """Hold the loop (its log and checkpoint of the update written) until a stop is asked, the
+    process is killed, or ``limit_s`` passes."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline and not (should_stop is not None and should_stop()):
         time.sleep(0.05)

@@ -121,7 +121,9 @@ def seed_command_store(args: list[str], cwd: Path) -> None:
     ``train``/``run`` open their default one (``--out``'s mlflow.db), unless one is there."""
     if not args or args[0] not in ("train", "run") or "--tracking-uri" in args:
         return
-    out = args[args.index("--out") + 1] if "--out" in args else ("." if args[0] == "train" else "mae_runs")
+    from studies.cli.common import DEFAULT_OUT  # train's --out defaults to the working folder
+
+    out = args[args.index("--out") + 1] if "--out" in args else ("." if args[0] == "train" else DEFAULT_OUT)
     store = Path(cwd) / out / "mlflow.db"
     if not store.exists():
         copy_migrated_store(store)

@@ -7,8 +7,8 @@ Only light modules are imported here (the typed config imports no torch): torch,
 MLflow are imported inside the commands that use them, so ``--help``, ``--version`` and
 ``config`` answer at once.
 
-One module per command (train, run, report, evaluate, config, catalog, bench), the parser, what
-they share (common) and the environment defaults (studies.environment).
+One module per command (train, run, report, evaluate, config, catalog, bench), the parser, the
+--plugin option (plugins), what they share (common) and the environment defaults (studies.environment).
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ import sys
 from mae_core.errors import UserError
 
 from ..environment import quiet_libraries
-from ..plugin_option import load_command_plugins
+from .plugins import load_command_plugins
 from .common import BAD_INPUT, DEFAULT_EXPERIMENT, DEFAULT_OUT, UsageError, fail, resolve_config
 from .config import defaults_yaml
 from .parser import build_parser, package_version, parse
 
 __all__ = ["BAD_INPUT", "DEFAULT_EXPERIMENT", "DEFAULT_OUT", "UsageError", "build_parser", "defaults_yaml",
            "main", "package_version", "resolve_config"]
-
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from typing import NoReturn
 
 from mae_core.config import config_keys
 
-from ..plugin_option import add_plugin_option
+from .plugins import add_plugin_option
 from ..search import DEFAULT_METRIC, DEFAULT_SAMPLES
 from .bench import cmd_bench
 from .catalog import cmd_list, cmd_new_study

@@ -7,8 +7,8 @@ import argparse
 
 def add_plugin_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE.py",
-                        help="import a module or .py file that registers its own targets, corruptions, mask "
-                             "samplers or dataset formats (mae_core.registry); repeatable")
+                        help="import a module or .py file that registers its own objectives, targets, corruptions, "
+                             "mask samplers, dataset formats or encoders (mae_core.registry); repeatable")
 
 
 def load_command_plugins(args: argparse.Namespace) -> None:
