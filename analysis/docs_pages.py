@@ -58,7 +58,9 @@ server instead.
   input.
 - An interrupted run ends KILLED with the signal in its `interrupted` tag.
 - A trial whose pretraining was computed or reused from another cell says which in its
-  `pretraining` tag (`computed KEY | reused KEY`).
+  `pretraining` tag (`computed KEY | reused KEY`); a reusing trial names the run it read
+  (`pretraining_run`) and, when it read a longer run at its own length, that run's length
+  (`pretraining_source_steps`).
 - Metric names use snake_case; each value is logged once, as a param or as a metric (derived
   quantities such as `effective_mask_ratio` are params).
 

@@ -203,6 +203,10 @@ def _row(run: Run, study: str) -> dict[str, Any]:
         "cell_id": tags.get("cell_id"),
         "failure_reason": tags.get("failure_reason"),
     }
+    if "pretraining" in tags:  # studies.pretrained: "computed KEY" | "reused KEY"
+        row["pretraining"] = tags["pretraining"].split()[0]
+        if "pretraining_source_steps" in tags:  # read at that update of a run this long
+            row["pretraining_source_steps"] = int(tags["pretraining_source_steps"])
     for key, text in run.data.params.items():
         row[key] = cast_param(key, text)
     for key, value in run.data.metrics.items():

@@ -28,7 +28,7 @@ import functools
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -608,6 +608,8 @@ def train(
     on_log: Callable[[int, dict[str, float]], None] | None = None,
     on_checkpoint: Callable[[int, Path], None] | None = None,
     on_evaluate: Callable[[int, nn.Module], None] | None = None,
+    snapshot_steps: Collection[int] = (),
+    on_snapshot: Callable[[int, nn.Module, list[tuple[int, float]]], None] | None = None,
     checkpoint_extra: dict[str, Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
     shard: Shard = Shard(),
@@ -622,6 +624,10 @@ def train(
     checked finite and before that step's checkpoint is written (a crash in between repeats it on
     resume). The loop only says when; the callback measures without changing the trajectory
     (:mod:`evaluation.online`).
+
+    ``on_snapshot(step, model, history)`` is called after each update in ``snapshot_steps``, at
+    the same point, with the ``train_loss`` history so far: the model a shorter run of the same
+    learning-rate sequence ends with (:mod:`studies.pretrained` keeps it for such a run).
 
     ``shard``: this process's rank in a data-parallel run (:mod:`mae_core.distributed`, with
     the process group already initialised): each rank computes its slice of every global batch,
@@ -691,6 +697,9 @@ def train(
                 since_log = 0
             if evaluate_due:
                 on_evaluate(done, model)
+            if on_snapshot is not None and done in snapshot_steps:
+                watch.check(lr_at)  # nothing non-finite is kept for another run
+                on_snapshot(done, model, list(history))
             stop = should_stop is not None and shard.any(should_stop(), device)
             if stop and checkpoint_path is not None and not checkpoint_due:
                 watch.check(lr_at)

@@ -115,7 +115,10 @@ def tune_space(plan: StudyPlan) -> tuple[dict[str, Any], Any, int]:
     group (a row of its keys per value), or a search over that grid (:func:`studies.search.tune_search`)."""
     from ray import tune
 
-    space = {axis: tune.grid_search(values) for axis, values in plan.axes.items()}
+    # the longest training lengths first: they keep the shorter lengths' models (shared_lengths)
+    space = {axis: tune.grid_search(sorted(values, reverse=True) if axis == "steps" and shared_lengths(plan)
+                                    else values)
+             for axis, values in plan.axes.items()}
     for group in plan.zipped:
         space[zip_space_key(group)] = tune.grid_search([dict(zip(group, row)) for row in zip(*group.values())])
     if plan.search is None:
@@ -125,6 +128,14 @@ def tune_space(plan: StudyPlan) -> tuple[dict[str, Any], Any, int]:
     grid_keys = [a for a in plan.axes if a != "seed"] + [k for group in plan.zipped for k in group]
     arms = list({cell_id(a): a for a in ({k: c[k] for k in grid_keys} for c in plan.cells)}.values())
     return tune_search(plan.search, space, arms, plan.axes["seed"])
+
+
+def shared_lengths(plan: StudyPlan) -> tuple[int, ...]:
+    """The study's training lengths when it varies ``steps`` as a grid axis (not zipped, not
+    searched): a longer trial keeps its model at each shorter length that is a prefix of its run
+    (:func:`studies.pretrained.prefix_lengths`), and the trials of that length evaluate it."""
+    lengths = plan.axes.get("steps", [])
+    return tuple(sorted(int(s) for s in lengths)) if plan.search is None and len(lengths) > 1 else ()
 
 
 def plan_tags(plan: StudyPlan) -> dict[str, str]:

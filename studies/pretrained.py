@@ -29,6 +29,17 @@ images. ``KEY.pt`` is written whole (a temporary file, fsync, then rename), so a
 sees half of one; a trial killed while training holds no file, and the lock (``fcntl.flock``)
 is released when its process dies. A trial that resumes its own training (it has a checkpoint)
 finishes it even if another trial kept an encoder for its key meanwhile (it keeps that file).
+
+A study over training lengths (a ``steps`` axis) trains a shorter length once for all: where
+the first S updates of a longer run are exactly a run of S updates (:func:`prefix_lengths`: the
+same learning rate at every one of them, and the loss logged at S), the longer trial keeps its
+model at update S under the S-update trial's key, and that trial evaluates it (``reused KEY``,
+with ``pretraining_source_steps`` naming the longer run's length, and the model it read logged as
+its own ``checkpoint/checkpoint.pt`` artifact, which ``mae-study evaluate`` reads). The longer trial reserves
+those keys before it trains, without waiting (:meth:`PretrainedCache.reserve`): a key some
+other trial holds is left to it, so a shorter run is never waited for by a longer one. The
+longest lengths run first (:func:`studies.planning.tune_space`), and a shorter trial gives them a
+few seconds to reserve its key before it claims it (:meth:`PretrainedCache.await_reservation`).
 """
 
 from __future__ import annotations
@@ -39,7 +50,8 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,12 +63,14 @@ import torch
 from evaluation.online import READS as ONLINE_READS
 from mae_core.config import EVAL_PREFIX, Config
 from mae_core.images import ImageStore
-from mae_core.train import PatchData, resolve_device
+from mae_core.train import PatchData, learning_rate, resolve_device
 
 FORMAT = 1  # the file's layout
 PRETRAINED_DIR = "pretrained"  # in the study's output folder, beside baselines/
 TAG = "pretraining"  # "computed KEY" or "reused KEY"
 SOURCE_TAG = "pretraining_run"  # the run whose trained encoder (checkpoint artifact) this run evaluated
+SOURCE_STEPS_TAG = "pretraining_source_steps"  # a prefix's reader: the length of the run it was kept from
+PREFIX_GRACE_S = 30.0  # how long a shorter trial gives a longer one to reserve its key (PretrainedCache.await_reservation)
 
 
 @functools.lru_cache(maxsize=1)
@@ -90,15 +104,23 @@ def _hash_store(digest: "hashlib._Hash", name: str, images: ImageStore) -> None:
         digest.update(np.ascontiguousarray(stored).tobytes())
 
 
-def pretraining_key(config: Config, data: PatchData) -> str:
-    """The SHA-256 (hex) of what pretraining ``config`` on ``data`` reads (the module docstring)."""
+def images_digest(data: PatchData) -> str:
+    """SHA-256 (hex) of the stored pretraining images (one pass over them)."""
+    digest = hashlib.sha256()
+    _hash_store(digest, "pretraining", data.pretraining)
+    return digest.hexdigest()
+
+
+def pretraining_key(config: Config, data: PatchData, images: str | None = None) -> str:
+    """The SHA-256 (hex) of what pretraining ``config`` on ``data`` reads (the module docstring);
+    ``images``: :func:`images_digest` of ``data`` when the caller has it."""
     digest = hashlib.sha256()
     digest.update(json.dumps({"format": FORMAT, "config": pretraining_config(config),
                               "device": str(resolve_device(config.device)),
                               "versions": [torch.__version__, np.__version__]},
                              sort_keys=True, default=str).encode())
     digest.update(code_digest().encode())
-    _hash_store(digest, "pretraining", data.pretraining)
+    digest.update((images or images_digest(data)).encode())
     return digest.hexdigest()
 
 
@@ -111,6 +133,7 @@ class SharedEncoder:
     history: list[tuple[int, float]]
     run_id: str
     train_seconds: float
+    source_steps: int | None = None  # kept at an update of a longer run (its length); None: at its end
 
     def load_into(self, module: torch.nn.Module) -> torch.nn.Module:
         module.load_state_dict(self.model)
@@ -128,19 +151,46 @@ class Claim:
     keep_existing: bool  # a readable file is there already (a resumed computing trial keeps it)
 
     def keep(self, model: torch.nn.Module, history: list[tuple[int, float]], run_id: str,
-             train_seconds: float) -> None:
+             train_seconds: float, source_steps: int | None = None) -> None:
         """Write the trained model whole (temporary file, fsync, rename)."""
-        if self.keep_existing:
-            return
-        state = {"format": FORMAT, "key": self.key, "run_id": run_id, "train_seconds": float(train_seconds),
-                 "history": [(int(step), float(value)) for step, value in history],
-                 "model": {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}}
-        temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        with open(temporary, "wb") as handle:
-            torch.save(state, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
+        if not self.keep_existing:
+            _write(self.path, self.key, model, history, run_id, train_seconds, source_steps)
+
+
+def _write(path: Path, key: str, model: torch.nn.Module, history: list[tuple[int, float]], run_id: str,
+           train_seconds: float, source_steps: int | None) -> None:
+    state = {"format": FORMAT, "key": key, "run_id": run_id, "train_seconds": float(train_seconds),
+             "history": [(int(step), float(value)) for step, value in history],
+             "model": {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()},
+             **({"source_steps": int(source_steps)} if source_steps is not None else {})}
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with open(temporary, "wb") as handle:
+        torch.save(state, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+@dataclass
+class Reservation:
+    """A shorter length's key held by the longer trial that will keep its model (its lock file
+    open until :meth:`release`; released too when the process dies)."""
+
+    key: str
+    path: Path
+    steps: int
+    lock: Any  # the open lock file
+
+    def keep(self, model: torch.nn.Module, history: list[tuple[int, float]], run_id: str,
+             train_seconds: float, source_steps: int) -> None:
+        """Write the model at update ``steps`` (the history up to it), then let the reader in."""
+        _write(self.path, self.key, model, [(s, v) for s, v in history if s <= self.steps], run_id,
+               train_seconds, source_steps)
+        self.release()
+
+    def release(self) -> None:
+        if not self.lock.closed:
+            self.lock.close()
 
 
 def read_encoder(path: Path) -> SharedEncoder | None:
@@ -150,7 +200,8 @@ def read_encoder(path: Path) -> SharedEncoder | None:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
         return SharedEncoder(model=state["model"], history=[(int(s), float(v)) for s, v in state["history"]],
-                             run_id=str(state["run_id"]), train_seconds=float(state["train_seconds"]))
+                             run_id=str(state["run_id"]), train_seconds=float(state["train_seconds"]),
+                             source_steps=int(state["source_steps"]) if "source_steps" in state else None)
     except Exception as error:  # damaged: computed again and replaced
         logging.getLogger(__name__).warning("shared encoder %s cannot be read (%s); training it again", path, error)
         return None
@@ -164,6 +215,9 @@ class PretrainedCache:
 
     folder: Path
     outcomes: list[tuple[str, str]] = field(default_factory=list)
+    # the study's training lengths (a steps axis): a trial keeps its model at the shorter ones
+    # that are prefixes of its run (prefix_lengths) for the trials of those lengths
+    lengths: tuple[int, ...] = ()
 
     def path(self, key: str) -> Path:
         return self.folder / f"{key}.pt"
@@ -180,3 +234,90 @@ class PretrainedCache:
                           keep_existing=stored is not None)
             yield claim
         self.outcomes.append((key, "reused" if claim.found is not None else "computed"))
+
+    def await_reservation(self, key: str, timeout: float = PREFIX_GRACE_S) -> None:
+        """Give a longer trial of the study up to ``timeout`` seconds to reserve ``key`` (it starts
+        first, but may reach its reservation after this trial reaches its claim): return once the
+        key is stored, held, or the time is up. Only how much is shared depends on this wait,
+        never a result: a key nobody reserved is then claimed and trained as any other."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.path(key).exists():
+            with (self.folder / f"{key}.lock").open("w") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return  # held: the claim waits for the holder
+            time.sleep(0.25)
+
+    def reserve(self, key: str, steps: int) -> Reservation | None:
+        """``key``'s lock taken without waiting, for a model kept at update ``steps`` of a longer
+        run; None when another trial holds the key or an encoder is stored for it already."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        lock = (self.folder / f"{key}.lock").open("w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            return None
+        if read_encoder(self.path(key)) is not None:
+            lock.close()
+            return None
+        return Reservation(key=key, path=self.path(key), steps=steps, lock=lock)
+
+
+def read_from_longer(config: Config, lengths: Iterable[int]) -> bool:
+    """Whether a longer length of ``lengths`` passes through ``config``'s run (a longer trial
+    of the study keeps its model at ``config.steps``)."""
+    return any(config.steps in prefix_lengths(with_steps(config, longer), [config.steps])
+               for longer in lengths if longer > config.steps)
+
+
+def _rates(config: Config, updates: int) -> list[float]:
+    return [learning_rate(t, peak=config.actual_lr, warmup_steps=config.warmup_steps,
+                          total_steps=config.steps, schedule=config.schedule) for t in range(updates)]
+
+
+def with_steps(config: Config, steps: int) -> Config:
+    """``config`` as a run of ``steps`` updates (validated, as that trial builds it)."""
+    return Config(**{**config.model_dump(exclude_unset=True), "steps": steps})
+
+
+def prefix_lengths(config: Config, lengths: Iterable[int]) -> list[int]:
+    """The lengths S among ``lengths`` (shorter than ``config.steps``) whose whole run is the first
+    S updates of ``config``'s run: the learning rate of every update t < S is the same in both
+    (a constant schedule without warm-up; a cosine or a warm-up in fractions depends on the
+    length), and both record the loss (and the online evaluation) at S, so the histories agree.
+    The draws of I_t and V_t, the initialisation and every other key are the same already."""
+    found = []
+    for steps in sorted({int(s) for s in lengths if 0 < int(s) < config.steps}):
+        if config.log_every <= 0 or steps % config.log_every:
+            continue
+        if config.eval.every > 0 and steps % config.eval.every:
+            continue
+        try:
+            shorter = with_steps(config, steps)
+        except ValueError:  # not a valid run of that length (pydantic's ValidationError is one)
+            continue
+        if _rates(shorter, steps) == _rates(config, steps):
+            found.append(steps)
+    return found
+
+
+@contextmanager
+def reserved_prefixes(cache: PretrainedCache, config: Config, data: PatchData) -> Iterator[dict[int, Reservation]]:
+    """The shorter lengths of ``cache.lengths`` this run will keep a model for (steps ->
+    :class:`Reservation`): those that are prefixes of it and no other trial holds or has kept.
+    Whatever is not kept when the block ends is released (an interrupted run keeps nothing)."""
+    reserved: dict[int, Reservation] = {}
+    lengths = prefix_lengths(config, cache.lengths)
+    images = images_digest(data) if lengths else None
+    try:
+        for steps in lengths:
+            reservation = cache.reserve(pretraining_key(with_steps(config, steps), data, images), steps)
+            if reservation is not None:
+                reserved[steps] = reservation
+        yield reserved
+    finally:
+        for reservation in reserved.values():
+            reservation.release()

@@ -33,7 +33,8 @@ from mae_core.config import Config
 from . import tracking
 from .environment import quiet_libraries
 from .lifecycle import STATE_FILE, load_state, save_state
-from .planning import BASELINES_DIR, RunOptions, StudyPlan, StudySetupError, plan_study, plan_tags, tune_space
+from .planning import (BASELINES_DIR, RunOptions, StudyPlan, StudySetupError, plan_study, plan_tags,
+                       shared_lengths, tune_space)
 from .preflight import available_resources, check_address, check_resources, check_resume, default_gpus_per_trial
 from .study import cell_id
 from .summary import log_study_summary
@@ -179,6 +180,9 @@ def _fit(plan: StudyPlan, options: RunOptions, state: dict[str, Any], progress, 
                   "gpus": options.gpus_per_trial, "folder": str(options.out_dir)}
                  if options.workers_per_trial > 1 else None),
         plugins=loaded_specs(),  # the trial processes import what the driver did
+        # a shorter length's model read from a longer run (one process per trial, shared folder)
+        lengths=(shared_lengths(plan) if options.workers_per_trial == 1 and options.address in (None, "local")
+                 else ()),
     )
     if options.workers_per_trial > 1:  # the trial only waits on its trainer, whose workers hold the resources
         fn = tune.with_resources(fn, {"cpu": 0, "memory": 1})  # (Ray refuses an empty request: 1 byte)

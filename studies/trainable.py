@@ -19,7 +19,7 @@ from .study import cell_id, trial_keys
 def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name: str,
               tracking_uri: str, experiment: str, parent_run_id: str, search: bool = False,
               baseline_dir: str | None = None, workers: dict[str, Any] | None = None,
-              plugins: list[str] | None = None) -> None:
+              plugins: list[str] | None = None, lengths: tuple[int, ...] = ()) -> None:
     """One Ray Tune trial: a grid cell trained, evaluated and logged to its own MLflow run.
     In a search, a trial's run is found by its Ray trial id as well (two samples may draw the
     same values, and each is its own trial). Baselines are shared through ``baseline_dir``
@@ -28,7 +28,9 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
     ``workers`` (``workers``, ``cpus``, ``gpus``, ``folder``): the trial trains on that many Ray
     Train workers (:mod:`studies.ddp`), its checkpoint kept under ``folder``. ``plugins``: the
     driver's (:func:`mae_core.plugins.loaded_specs`), imported here before the config is built;
-    None reads them from ``MAE_STUDY_PLUGINS``."""
+    None reads them from ``MAE_STUDY_PLUGINS``. ``lengths``: the study's training lengths
+    (:func:`studies.planning.shared_lengths`): a trial keeps its model at the shorter ones that
+    its run passes through, for their trials (:mod:`studies.pretrained`)."""
     import ray
     import torch
     from mlflow.tracking import MlflowClient
@@ -87,9 +89,12 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
                             tags=tags, checkpoint_path=checkpoints.path,
                             on_progress=lambda step, metrics: last.update(metrics), on_checkpoint=on_checkpoint,
                             baselines=BaselineCache(Path(baseline_dir)) if baseline_dir else None,
-                            # cells that differ only in eval.* keys train one encoder per seed
-                            pretrained=(PretrainedCache(Path(baseline_dir).parent / PRETRAINED_DIR)
-                                        if baseline_dir and any(k.startswith("eval.") for k in trial_keys(trial_config))
+                            # cells that differ only in eval.* keys train one encoder per seed, and
+                            # a shorter length is read from a longer run where it is a prefix of it
+                            pretrained=(PretrainedCache(Path(baseline_dir).parent / PRETRAINED_DIR,
+                                                        lengths=tuple(lengths))
+                                        if baseline_dir and (lengths or any(k.startswith("eval.")
+                                                                            for k in trial_keys(trial_config)))
                                         else None))
     except NonFiniteError as error:
         # Fails alone, with its reason in MLflow (run_trial marked it); Ray must not retry it.

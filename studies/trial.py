@@ -14,6 +14,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from mlflow.tracking import MlflowClient
 
 from evaluation.reconstruction_grid import ARTIFACT as RECONSTRUCTIONS, close, render, save_npz
@@ -130,11 +131,12 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
         if on_progress is not None:
             on_progress(step, metrics)
 
-    def train_own() -> tuple[TrainResult, float]:
+    def train_own(snapshot_steps=(), on_snapshot=None) -> tuple[TrainResult, float]:
         started = time.perf_counter()
         with interruption.deferred() if interruption is not None else nullcontext():
             result = train(config, data, checkpoint_path=checkpoint_path, on_log=on_log,
                            on_checkpoint=on_checkpoint, on_evaluate=_online_evaluation(client, run_id, config, data),
+                           snapshot_steps=snapshot_steps, on_snapshot=on_snapshot,
                            checkpoint_extra={"mlflow_run_id": run_id},
                            should_stop=interruption.requested if interruption is not None else None,
                            shard=shard)
@@ -200,14 +202,27 @@ def _online_evaluation(client: MlflowClient, run_id: str, config: Config,
     return on_evaluate
 
 
-def _copy_online_histories(client: MlflowClient, source_run_id: str, run_id: str) -> None:
-    """A reusing trial's online histories: the computing trial's, which read the same encoder
-    at the same steps with the same online settings (they are part of the pretraining key)."""
+def _copy_online_histories(client: MlflowClient, source_run_id: str, run_id: str, up_to: int) -> None:
+    """A reusing trial's online histories: the computing trial's up to update ``up_to`` (a longer
+    run's, for a prefix), which read the same encoder at the same steps with the same online
+    settings (they are part of the pretraining key)."""
     for key in ONLINE_METRICS:
         already = tracking.logged_steps(client, run_id, key)
         for point in client.get_metric_history(source_run_id, key):
-            if point.step not in already:
+            if point.step <= up_to and point.step not in already:
                 tracking.log_metrics(client, run_id, {key: point.value}, point.step, point.timestamp)
+
+
+def _log_prefix_checkpoint(client: MlflowClient, run_id: str, config: Config, found: shared.SharedEncoder) -> None:
+    """The model a run read at an update of a longer run, as its ``checkpoint/checkpoint.pt``
+    artifact (weights, config, step and history; no optimiser state: it is not for resuming), so
+    ``mae-study evaluate`` reads this run's encoder, not the longer run's final one."""
+    with tempfile.TemporaryDirectory(prefix="mae-prefix-") as folder:
+        path = Path(folder) / "checkpoint.pt"
+        torch.save({"step": config.steps, "model": found.model, "config": config.resolved(),
+                    "history": found.history, "extra": {"mlflow_run_id": run_id, "read_from_run": found.run_id}},
+                   path)
+        client.log_artifact(run_id, str(path), artifact_path="checkpoint")
 
 
 def _shared_pretraining(client: MlflowClient, run_id: str, config: Config, data: PatchData,
@@ -220,18 +235,31 @@ def _shared_pretraining(client: MlflowClient, run_id: str, config: Config, data:
     key = shared.pretraining_key(config, data)
     own_work = checkpoint_path is not None and any(  # this trial was training this key: it finishes
         path.exists() for path in (Path(checkpoint_path), Path(f"{checkpoint_path}.prev")))
+    if not own_work and shared.read_from_longer(config, pretrained.lengths):
+        pretrained.await_reservation(key)
     with pretrained.claim(key, own_work=own_work) as claim:
         if claim.found is None:
             tracking.set_tags(client, run_id, {shared.TAG: f"computed {key}"})
-            result, train_seconds = train_own()
+            with shared.reserved_prefixes(pretrained, config, data) as reserved:
+                started = time.perf_counter()
+
+                def keep_prefix(step: int, model, history: list[tuple[int, float]]) -> None:
+                    # the shorter trial's model: this run at update `step` (its seconds so far)
+                    reserved.pop(step).keep(model, history, run_id, time.perf_counter() - started, config.steps)
+
+                result, train_seconds = train_own(tuple(reserved), keep_prefix)
             claim.keep(result.model, result.history, run_id, train_seconds)
     if claim.found is None:
         return result, train_seconds
     found = claim.found
-    tracking.set_tags(client, run_id, {shared.TAG: f"reused {key}", shared.SOURCE_TAG: found.run_id})
+    tracking.set_tags(client, run_id, {shared.TAG: f"reused {key}", shared.SOURCE_TAG: found.run_id,
+                                       **({shared.SOURCE_STEPS_TAG: found.source_steps}
+                                          if found.source_steps is not None else {})})
     for step, loss in found.history:
         on_log(step, {"train_loss": loss})
     if config.eval.every > 0:
-        _copy_online_histories(client, found.run_id, run_id)
+        _copy_online_histories(client, found.run_id, run_id, up_to=config.steps)
+    if found.source_steps is not None:  # not the computing run's final model: this run keeps its own
+        _log_prefix_checkpoint(client, run_id, config, found)
     model = found.load_into(build_model(config)).to(resolve_device(config.device)).eval()
     return TrainResult(model=model, steps=config.steps, history=list(found.history)), found.train_seconds

@@ -13,8 +13,9 @@ from conftest import tiny_config
 from mlflow.tracking import MlflowClient
 
 from mae_core import build_model
-from mae_core.train import prepare_data
-from studies.pretrained import PretrainedCache, pretraining_key, read_encoder
+from mae_core.train import prepare_data, train
+from studies.pretrained import (PretrainedCache, prefix_lengths, pretraining_key, read_encoder, read_from_longer,
+                                reserved_prefixes)
 
 
 def _key(config, data=None):
@@ -123,3 +124,85 @@ def test_a_reusing_trial_logs_what_a_trial_that_trained_logs(tmp_path):
                                                               "pixel_probe_fewshot", "eval_seconds"))}
     assert {k: reused.metrics[k] for k in kept} == {k: computed.metrics[k] for k in kept}
     assert "probe_linear_acc" in kept and "test_mae_risk" in kept
+
+
+def test_a_shorter_length_is_a_prefix_only_where_every_learning_rate_and_record_agree():
+    constant = dict(steps=40, log_every=10, schedule="constant", warmup_fraction=0.0)
+    lengths = (5, 10, 15, 20, 40, 80)
+    assert prefix_lengths(tiny_config(**constant), lengths) == [10, 20]  # logged at S; not itself, not longer
+    assert prefix_lengths(tiny_config(**{**constant, "eval.every": 20}), lengths) == [20]  # online points too
+    assert prefix_lengths(tiny_config(**{**constant, "warmup_fraction": 0.1}), lengths) == []  # warm-up of 4 vs 1
+    assert prefix_lengths(tiny_config(**{**constant, "schedule": "cosine"}), lengths) == []  # decays to its own end
+
+
+@pytest.mark.parametrize("overrides", [dict(), dict(objective="dae"), dict(optimizer="sgd", lr=0.05)])
+def test_a_run_of_s_updates_is_the_first_s_updates_of_a_longer_run(overrides):
+    keys = dict(log_every=5, schedule="constant", warmup_fraction=0.0, **overrides)
+    short, long = tiny_config(steps=10, **keys), tiny_config(steps=20, **keys)
+    data = prepare_data(short)
+    kept = {}
+    train(long, data, snapshot_steps=(10,),
+          on_snapshot=lambda step, model, history: kept.update(
+              step=step, history=history, model={k: v.clone() for k, v in model.state_dict().items()}))
+    alone = train(short, data)
+    assert kept["step"] == 10 and kept["history"] == alone.history
+    for name, tensor in alone.model.state_dict().items():
+        assert torch.equal(kept["model"][name], tensor), name
+
+
+def test_a_shorter_trial_evaluates_the_longer_trials_model_as_if_it_had_trained(tmp_path):
+    from studies.trial import run_trial
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    keys = dict(log_every=5, checkpoint_every=5, schedule="constant", warmup_fraction=0.0)
+    long, short = tiny_config(steps=20, **keys), tiny_config(steps=10, **keys)
+    data = prepare_data(short)
+    cache = PretrainedCache(tmp_path / "pretrained", lengths=(10, 20))
+    longer = run_trial(long, data, tracking_uri=uri, checkpoint_path=tmp_path / "a" / "c.pt", pretrained=cache)
+    reused = run_trial(short, data, tracking_uri=uri, checkpoint_path=tmp_path / "b" / "c.pt", pretrained=cache)
+    alone = run_trial(short, data, tracking_uri=uri)
+
+    tags = client.get_run(reused.run_id).data.tags
+    assert tags["pretraining"] == f"reused {pretraining_key(short, data)}"
+    assert tags["pretraining_run"] == longer.run_id and tags["pretraining_source_steps"] == "20"
+    assert not (tmp_path / "b").exists()  # it did not train
+    histories = [[(m.step, m.value) for m in client.get_metric_history(o.run_id, "train_loss")]
+                 for o in (reused, alone)]
+    assert histories[0] == histories[1] == [(5, histories[1][0][1]), (10, histories[1][1][1])]
+    clocks = ("eval_seconds", "pretrain_seconds", "train_seconds", "updates_per_second")
+    assert {k: v for k, v in reused.metrics.items() if k not in clocks} == \
+        {k: v for k, v in alone.metrics.items() if k not in clocks}
+
+
+def test_a_length_another_trial_holds_is_left_to_it(tmp_path):
+    keys = dict(log_every=5, schedule="constant", warmup_fraction=0.0)
+    long, short = tiny_config(steps=20, **keys), tiny_config(steps=10, **keys)
+    data = prepare_data(short)
+    cache = PretrainedCache(tmp_path, lengths=(10, 20))
+    with PretrainedCache(tmp_path).claim(pretraining_key(short, data)) as claim:  # the short trial trains itself
+        with reserved_prefixes(cache, long, data) as reserved:
+            assert reserved == {}
+        claim.keep(_model(short), [(5, 1.0), (10, 0.5)], "run-short", 1.0)
+    with reserved_prefixes(cache, long, data) as reserved:  # stored already: nothing to keep
+        assert reserved == {}
+    (tmp_path / f"{pretraining_key(short, data)}.pt").unlink()
+    with reserved_prefixes(cache, long, data) as reserved:
+        assert list(reserved) == [10]
+        assert cache.reserve(pretraining_key(short, data), 10) is None  # held while the longer run trains
+    assert cache.reserve(pretraining_key(short, data), 10) is not None  # released on the way out
+
+
+def test_a_shorter_trial_waits_briefly_for_a_longer_one_to_reserve_its_key(tmp_path):
+    cache = PretrainedCache(tmp_path)
+    started = time.monotonic()
+    cache.await_reservation("free", timeout=0.6)  # nobody comes: it claims after the grace
+    assert time.monotonic() - started >= 0.6
+    with cache.claim("held"):  # a longer trial holds it: no wait, the claim will queue behind it
+        started = time.monotonic()
+        PretrainedCache(tmp_path).await_reservation("held", timeout=30)
+        assert time.monotonic() - started < 5
+    keys = dict(log_every=5, schedule="constant", warmup_fraction=0.0)
+    assert read_from_longer(tiny_config(steps=10, **keys), (10, 20))
+    assert not read_from_longer(tiny_config(steps=20, **keys), (10, 20))  # the longest
+    assert not read_from_longer(tiny_config(steps=10, **{**keys, "schedule": "cosine"}), (10, 20))

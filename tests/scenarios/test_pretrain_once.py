@@ -112,3 +112,47 @@ def test_evaluate_one_run_and_refuse_a_key_that_needs_training(study, capsys):
     assert run.data.tags["evaluated_run"] == reused.info.run_id
     assert run.data.tags["pretraining_run"] == reused.data.tags["pretraining_run"]
     assert run.data.params["eval.fewshot"] == "2" and "train_loss" not in run.data.metrics
+
+
+LENGTHS = """\
+name: lengths_share
+base: {dataset: digits, encoder_width: 16, encoder_depth: 1, encoder_heads: 2, decoder_width: 8,
+       decoder_depth: 1, decoder_heads: 2, schedule: constant, warmup_fraction: 0.0}
+axes: {steps: [10, 20]}
+smoke_axes: {steps: [10, 20]}
+seeds: [0]
+"""
+
+
+def test_a_study_over_lengths_reads_the_shorter_one_from_the_longer_run(tmp_path):
+    """A constant schedule: the 10-update trial is the 20-update run at update 10; the report says
+    so, and ``evaluate`` reads that model, not the longer run's final one."""
+    from analysis.frame import load_runs
+    from analysis.provenance import provenance
+
+    (tmp_path / "lengths_share.yaml").write_text(LENGTHS)
+    done = run_cli(["run", "lengths_share.yaml", "--smoke", "log_every=10"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    client = MlflowClient(f"sqlite:///{tmp_path}/mae_runs/mlflow.db")
+    (parent,) = [r for r in _all_runs(client) if "mlflow.parentRunId" not in r.data.tags]
+    runs = {r.data.params["steps"]: r for r in _runs(client, parent.info.run_id)}
+    assert runs["20"].data.tags["pretraining"].startswith("computed")
+    assert runs["10"].data.tags["pretraining"].startswith("reused")
+    assert runs["10"].data.tags["pretraining_run"] == runs["20"].info.run_id
+    assert runs["10"].data.tags["pretraining_source_steps"] == "20"
+    history = [[(m.step, m.value) for m in client.get_metric_history(runs[s].info.run_id, "train_loss")]
+               for s in ("10", "20")]
+    assert history[0] == history[1][:1] and len(history[1]) == 2
+
+    uri = f"sqlite:///{tmp_path}/mae_runs/mlflow.db"
+    frame = load_runs(uri, "lengths_share", smoke=True)
+    info = {"run_id": parent.info.run_id, "smoke": True}
+    rows = dict(provenance(uri, "lengths_share", info, frame).rows)
+    assert rows["encoders"] == ("1 trained, 1 read from another trial's training; shorter lengths read at that "
+                                "update of a longer run with the same learning rates: 10 of 20")
+
+    done = run_cli(["evaluate", "--run", runs["10"].info.run_id, "eval.knn_ks=3"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    (evaluation,) = [r for r in _all_runs(client) if r.data.tags.get("evaluated_run") == runs["10"].info.run_id]
+    assert evaluation.data.tags["pretraining_run"] == runs["10"].info.run_id  # its own model, kept at update 10
+    assert evaluation.data.metrics["test_mae_risk"] == runs["10"].data.metrics["test_mae_risk"]
