@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.metrics import METRICS
+from evaluation.metrics import METRICS, all_rows
 
 # Axis titles with their unit (figures).
 AXIS_LABELS = {
@@ -51,18 +51,25 @@ VALUE_LABELS: dict[str, dict[Any, str]] = {
 }
 
 # Table 1's columns: the downstream accuracies in MAE's order (fine-tune first), short names.
-TABLE_COLUMNS = {"finetune_acc": "fine-tune", "probe_linear_acc": "linear",
-                 "probe_fewshot_acc": "few-shot", "probe_knn_acc": "kNN"}
-# Baseline rows under a table: the metric of each column they fill, by row name.
-BASELINE_ROWS = {
-    "random init": {"finetune_acc": "random_finetune_acc", "probe_linear_acc": "random_probe_linear_acc",
-                    "probe_fewshot_acc": "random_probe_fewshot_acc", "probe_knn_acc": "random_probe_knn_acc"},
-    "raw pixels": {"probe_linear_acc": "pixel_probe_linear_acc", "probe_fewshot_acc": "pixel_probe_fewshot_acc",
-                   "probe_knn_acc": "pixel_probe_knn_acc"},
-    # trained from random init for the length best on validation (the random-init row's
-    # fine-tune ran the same length as the pretrained models')
-    "from scratch": {"finetune_acc": "scratch_best_finetune_acc"},
-}
+def table_columns() -> dict[str, str]:
+    """MAE Table 1's accuracy columns (metric -> short head), from the metric table's
+    ``column`` (a plugin evaluator's rows included), in their ``column_rank`` order."""
+    rows = sorted((m for m in all_rows() if m.column), key=lambda m: m.column_rank)
+    return {m.name: m.column for m in rows}
+
+
+def baseline_rows() -> dict[str, dict[str, str]]:
+    """The baseline rows under that table: row name (a reference's ``table_row``) -> {column
+    metric: the reference metric that fills it}, rows in the metric table's order."""
+    columns = [METRICS[name] for name in table_columns()]
+    names = list(dict.fromkeys(m.table_row for m in all_rows() if m.table_row))
+    rows = {name: {c.name: ref for c in columns for ref in (c.reference, *c.baselines)
+                   if ref is not None and METRICS[ref].table_row == name} for name in names}
+    return {name: fills for name, fills in rows.items() if fills}
+
+
+TABLE_COLUMNS = table_columns()  # the built-in columns: fine-tune, linear, few-shot, kNN
+BASELINE_ROWS = baseline_rows()  # random init, raw pixels, from scratch
 
 
 def axis_label(axis: str) -> str:

@@ -27,7 +27,7 @@ import pandas as pd
 
 from .figures import levels, x_column
 from .intervals import LEVEL, Interval, mean_interval
-from .labels import BASELINE_ROWS, TABLE_COLUMNS, setting_name, table_head, value_text
+from .labels import baseline_rows, setting_name, table_columns, table_head, value_text
 
 PACKAGES = (r"\usepackage{booktabs}", r"\usepackage[table]{xcolor}")
 REFERENCE_SHADE = "gray!15"
@@ -58,7 +58,7 @@ class StudyTable:
     study: str
     paper: str | None
     axes: list[str]
-    columns: list[str]  # metrics of :data:`labels.TABLE_COLUMNS` that the study logged
+    columns: list[str]  # metrics of :func:`labels.table_columns` that the study logged
     rows: list[Row]
     run_id: str = ""
     notes: list[str] = field(default_factory=list)  # e.g. "digits, 1000 updates"
@@ -103,7 +103,7 @@ def study_table(frame: pd.DataFrame, study: str, axes: Sequence[str], reference:
     axes' order, the ``reference`` cell marked, then a row per baseline that was logged. A
     ``smoke`` run's notes say so first, so its caption can never pass for a finding."""
     finished = frame[frame["status"] == "FINISHED"] if "status" in frame else frame
-    columns = [m for m in TABLE_COLUMNS if m in finished and finished[m].notna().any()]
+    columns = [m for m in table_columns() if m in finished and finished[m].notna().any()]
     # the mask ratio reads as the effective ratio (M-k)/M, the one that was run
     keys = [x_column(frame, a) for a in axes]
     rows = []
@@ -120,7 +120,7 @@ def study_table(frame: pd.DataFrame, study: str, axes: Sequence[str], reference:
         is_reference = bool(reference) and all(_same(nominal.get(a), v) for a, v in reference.items())
         rows.append(Row(_setting(axes, dict(zip(axes, cell.values()))),
                         {m: _accuracy(rows_here[m]) for m in columns}, len(rows_here), is_reference))
-    for name, fills in BASELINE_ROWS.items():
+    for name, fills in baseline_rows().items():
         values = {m: _accuracy(_per_seed(finished, fills[m])) for m in columns
                   if m in fills and fills[m] in finished and finished[fills[m]].notna().any()}
         if values:
@@ -175,7 +175,7 @@ def tabular(table: StudyTable) -> str:
     """The ``tabular`` alone (booktabs rules, the reference row shaded, baselines in italics)."""
     spec = "@{}l" + "r" * len(table.columns) + "@{}"
     head = " & ".join([tex(table_head(table.axes) if table.axes else "")]
-                      + [rf"\multicolumn{{1}}{{c}}{{{tex(TABLE_COLUMNS[m])}}}" for m in table.columns]) + r" \\"
+                      + [rf"\multicolumn{{1}}{{c}}{{{tex(table_columns()[m])}}}" for m in table.columns]) + r" \\"
     spreads = [_number(v)[1] for r in table.rows for v in r.values.values()]
     digits = max((len(x.split(".")[0]) for x in spreads if x), default=1)
     most = max((r.n for r in table.rows if not r.baseline), default=0)
@@ -204,7 +204,7 @@ def _reference_text(table: StudyTable) -> str:
 
 def caption(table: StudyTable) -> str:
     """What the numbers are, n, the reference, the baselines, and the paper row it mirrors."""
-    what = ", ".join(TABLE_COLUMNS[m] for m in table.columns) or "no accuracy logged"
+    what = ", ".join(table_columns()[m] for m in table.columns) or "no accuracy logged"
     mirrors = f" Mirrors {table.paper}." if table.paper else ""
     setup = f" {'; '.join(table.notes)}." if table.notes else ""
     return (f"{table.title.capitalize()} ablation ({table.study}):{setup} Test accuracy (%) of "
@@ -263,7 +263,7 @@ def html_table(table: StudyTable) -> str:
     """The same table for a page: the reference row shaded (class ``reference``), baselines
     in italics (class ``baseline``), numbers right-aligned with one decimal."""
     e = html.escape
-    head = "".join(f"<th>{e(TABLE_COLUMNS[m])} (%)</th>" for m in table.columns)
+    head = "".join(f"<th>{e(table_columns()[m])} (%)</th>" for m in table.columns)
     body = []
     for row in table.rows:
         cls = "reference" if row.reference else "baseline" if row.baseline else ""

@@ -52,7 +52,7 @@ from .frame import (
     load_study_info,
 )
 from evaluation import reconstruction_grid
-from evaluation.metrics import METRICS, ONLINE_METRICS, RISK_MEANING_AXES, block_metric_names
+from evaluation.metrics import METRICS, ONLINE_METRICS, RISK_MEANING_AXES, all_rows, block_metric_names
 from mae_core.grid import default_reference
 
 from .search import chosen_zip, search_ranking
@@ -77,7 +77,13 @@ from .stats import (
 # Metrics in the summary table: every final metric (the effective ratio is a param, shown as a
 # column of the cell itself beside the nominal ratio).
 TABLE_METRICS = FINAL_METRICS
-PROBE_PANELS = ("probe_linear_acc", "probe_fewshot_acc", "probe_knn_acc", "partial_finetune_acc")
+def probe_panels() -> tuple[str, ...]:
+    """The probes figure's panels: the metric table's rows with ``figure="probes"`` (a plugin
+    evaluator's included): linear, few-shot, kNN, partial fine-tuning."""
+    return tuple(m.name for m in all_rows() if m.figure == "probes")
+
+
+PROBE_PANELS = probe_panels()  # the built-in panels
 # Axes that change what a risk measures: a risk is compared or correlated only among cells
 # that agree on all of them.
 RISK_CHANGING_AXES = RISK_MEANING_AXES
@@ -255,7 +261,7 @@ def _figure_plan(frame: pd.DataFrame, axes: Sequence[str], correlations: pd.Data
         if risks:
             plan.append(("risks", caption(f"Test risks {against}; band: the mean-pixel baseline"),
                          lambda w: figures.metric_vs_axis(frame, axis, list(risks), hue=hue, width=w)))
-        probes = _present(frame, PROBE_PANELS)
+        probes = _present(frame, probe_panels())
         if probes:
             plan.append(("probes", caption(f"Every probe's accuracy {against}"),
                          lambda w: figures.metric_vs_axis(frame, axis, probes, hue=hue, width=w)))

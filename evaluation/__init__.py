@@ -15,15 +15,36 @@ from __future__ import annotations
 
 
 def evaluate_trial(model, config, data, *, probes: bool = True, baselines=None) -> dict[str, float]:
-    """Every test metric of one trained model (names are the MLflow metric names): the risks,
-    ``data_train_test_duplicates`` (test images byte-equal to a training image; 0 for the
-    built-ins), then, unless ``probes=False``, the probes, their baselines and fine-tuning of
-    ``config.eval``; ``baselines``: a study's :class:`~evaluation.baselines.BaselineCache`."""
-    from .probes import probe_metrics
-    from .risks import reconstruction_metrics
+    """Every test metric of one trained model (names are the MLflow metric names): the
+    evaluators ``config.eval.evaluators`` lists, in order (:mod:`evaluation.evaluators`: the
+    ``risks``, then the ``probes``, their baselines and fine-tuning; a plugin's). ``probes=False``
+    keeps to the ``risks``. ``baselines``: a study's :class:`~evaluation.baselines.BaselineCache`.
+    An evaluator that returns a metric it did not declare is an error (:class:`UndeclaredMetric`):
+    every logged number is a row of the metric table."""
+    from mae_core.registry import evaluators
 
-    metrics = reconstruction_metrics(model, config, data)
-    metrics["data_train_test_duplicates"] = float(data.train_test_duplicates)
-    if probes:
-        metrics.update(probe_metrics(model, config, data, baselines=baselines))
+    metrics: dict[str, float] = {}
+    for name in config.eval.evaluators:
+        if not probes and name != "risks":
+            continue
+        entry = evaluators.get(name)
+        measured = entry.function(model, config, data, baselines=baselines)
+        undeclared = sorted(key for key in measured if not declares(entry, key))
+        if undeclared:
+            raise UndeclaredMetric(f"evaluator {name!r} logged {', '.join(undeclared)}, which it does not declare "
+                                   "(@evaluator(..., metrics=[Metric(...)]))")
+        metrics.update(measured)
     return metrics
+
+
+class UndeclaredMetric(ValueError):
+    """An evaluator measured a metric that is not among its declared rows."""
+
+
+def declares(entry, name: str) -> bool:
+    """Whether evaluator ``entry`` declares ``name``: one of its rows, or a layer-wise probe of
+    one (``probe_linear_acc_block2``, :func:`evaluation.metrics.block_metric`)."""
+    from .metrics import block_metric, block_base
+
+    declared = {row.name for row in entry.metrics}
+    return name in declared or (block_metric(name) is not None and block_base(name) in declared)

@@ -8,7 +8,9 @@ correlated with probes, never plotted as a risk), ``downstream`` (probes, fine-t
 ``reference`` (their baselines: random init, raw pixels, from scratch) and ``bookkeeping``
 (compute included: :data:`COMPUTE_METRICS`). Layer-wise probe names (``eval.probe_blocks``:
 ``probe_linear_acc_block2``) are not rows of their own: a lookup derives them from the base row
-(:func:`block_metric`).
+(:func:`block_metric`). A plugin evaluator's rows (``@evaluator(name, metrics=...)``) are found
+by a lookup as well, and :func:`all_rows` lists them after the fixed ones. Each row says which
+evaluator logs it (``logged_by``) and where the paper's table and the report's figures show it.
 ``RISK_MEANING_AXES`` lists the config axes across which a
 risk is not the same quantity (a "best risk" or a risk-vs-quality correlation across such cells
 compares unlike numbers).
@@ -39,40 +41,56 @@ class Metric:
     # units): one point of accuracy. None where no default makes sense across studies (a risk's
     # scale depends on the target and the data), so a claim on it must give its own ``delta``.
     delta: float | None = None
+    # Who logs it: an evaluator of ``eval.evaluators`` (evaluation.evaluators: "risks",
+    # "probes", a plugin's), or "training" (the loop, the trial's clock and compute).
+    # Empty: by kind (risk, baseline, diagnostic -> "risks"; downstream, reference -> "probes").
+    logged_by: str = ""
+    column: str | None = None  # its column in the paper's Table 1 (analysis.labels.TABLE_COLUMNS)
+    column_rank: int = 0  # the columns' order (MAE Table 1: fine-tuning first)
+    table_row: str | None = None  # a reference's row under that table (analysis.labels.BASELINE_ROWS)
+    figure: str | None = None  # a report figure it is a panel of ("probes": analysis.report.PROBE_PANELS)
+
+    def __post_init__(self):
+        if not self.logged_by:
+            by_kind = {"risk": "risks", "baseline": "risks", "diagnostic": "risks",
+                       "downstream": "probes", "reference": "probes"}
+            object.__setattr__(self, "logged_by", by_kind.get(self.kind, "training"))
 
 
 def _risk(name: str, label: str, plain: str) -> Metric:
     return Metric(name, "risk", label, plain, "target", True, "test_baseline_risk")
 
 
-def _probe(name: str, what: str, plain: str, reference: str | None, baselines: tuple[str, ...] = ()) -> Metric:
+def _probe(name: str, what: str, plain: str, reference: str | None, baselines: tuple[str, ...] = (),
+           **table) -> Metric:
     return Metric(name, "downstream", f"{what} {ACCURACY}", plain, "fraction", False, reference,
-                  baselines=baselines, delta=ACCURACY_DELTA)
+                  baselines=baselines, delta=ACCURACY_DELTA, **table)
 
 
 def _random(name: str, plain: str, reference_name: str | None = None) -> Metric:
     return Metric(name, "reference", f"{plain} (random init)", f"{plain} of a random-init encoder",
-                  "fraction", False, reference_name=reference_name, delta=ACCURACY_DELTA)
+                  "fraction", False, reference_name=reference_name, delta=ACCURACY_DELTA, table_row="random init")
 
 
 def _pixel(name: str, plain: str) -> Metric:
     return Metric(name, "reference", f"{plain} (raw pixels)", f"{plain} on raw pixels",
-                  "fraction", False, reference_name="raw pixels", delta=ACCURACY_DELTA)
+                  "fraction", False, reference_name="raw pixels", delta=ACCURACY_DELTA, table_row="raw pixels")
 
 
 def _chosen(prefix: str, whose: str) -> tuple[Metric, ...]:
     """The settings a probe chose on the validation split (bookkeeping)."""
     return (
         Metric(f"{prefix}linear_c", "bookkeeping", f"linear-probe C ({whose})",
-               f"logistic-regression strength C chosen on validation ({whose})", "C", False),
+               f"logistic-regression strength C chosen on validation ({whose})", "C", False, logged_by="probes"),
         # eval.linear_head=bn_linear logs its chosen SGD base step size instead of a C
         Metric(f"{prefix}linear_lr", "bookkeeping", f"linear-probe step size ({whose})",
                f"bn_linear head's SGD base step size chosen on validation ({whose})",
-               "step size per 256 images", False),
+               "step size per 256 images", False, logged_by="probes"),
         Metric(f"{prefix}fewshot_c", "bookkeeping", f"few-shot probe C ({whose})",
-               f"few-shot logistic-regression strength C chosen on validation ({whose})", "C", False),
+               f"few-shot logistic-regression strength C chosen on validation ({whose})", "C", False,
+               logged_by="probes"),
         Metric(f"{prefix}knn_k", "bookkeeping", f"kNN k ({whose})",
-               f"kNN neighbour count chosen on validation ({whose})", "neighbours", False),
+               f"kNN neighbour count chosen on validation ({whose})", "neighbours", False, logged_by="probes"),
     )
 
 
@@ -91,7 +109,7 @@ class _MetricTable(dict):
     base row by :func:`block_metric`. Iteration lists the fixed rows only."""
 
     def __missing__(self, name: str) -> Metric:
-        row = block_metric(name)
+        row = block_metric(name) or _plugin_row(name)
         if row is None:
             raise KeyError(name)
         return row
@@ -100,7 +118,8 @@ class _MetricTable(dict):
         return self[name] if name in self else default
 
     def __contains__(self, name) -> bool:
-        return dict.__contains__(self, name) or block_metric(name) is not None
+        return dict.__contains__(self, name) or block_metric(name) is not None or (
+            isinstance(name, str) and _plugin_row(name) is not None)
 
 
 def block_metric(name: str) -> Metric | None:
@@ -114,6 +133,12 @@ def block_metric(name: str) -> Metric | None:
     block = int(match.group(2))
     return dataclasses.replace(base, name=name, label=f"{base.label}, after block {block}",
                                plain=f"{base.plain} after encoder block {block}")
+
+
+def block_base(name: str) -> str | None:
+    """The base row of a layer-wise probe name: ``probe_linear_acc_block2`` -> ``probe_linear_acc``."""
+    match = _BLOCK_NAME.fullmatch(name) if isinstance(name, str) else None
+    return match.group(1) if match else None
 
 
 def block_metric_names(names) -> list[str]:
@@ -131,23 +156,25 @@ METRICS: dict[str, Metric] = _MetricTable({m.name: m for m in (
     Metric("test_allvisible_rec_risk", "diagnostic", "all-visible reconstruction MSE (outside V_k)",
            "MAE error with every patch visible (not a risk of the spec)", "target", True),
     Metric("test_mae_risk_masks", "bookkeeping", "masks per image of the masked risk",
-           "masks per test image the masked risk averaged over (C(M,k) when exact)", "masks", False),
+           "masks per test image the masked risk averaged over (C(M,k) when exact)", "masks", False,
+           logged_by="risks"),
     Metric("test_mae_risk_stderr", "bookkeeping", "masked MSE standard error",
-           "standard error of the masked risk", "target", True),
+           "standard error of the masked risk", "target", True, logged_by="risks"),
     Metric("test_baseline_risk", "baseline", "mean-pixel baseline MSE", "mean-pixel baseline risk",
            "target", True, reference_name="mean-pixel baseline"),
     _probe("probe_linear_acc", "linear probe", "linear-probe accuracy", "random_probe_linear_acc",
-           ("pixel_probe_linear_acc",)),
+           ("pixel_probe_linear_acc",), column="linear", column_rank=1, figure="probes"),
     _probe("probe_fewshot_acc", "few-shot probe", "few-shot probe accuracy", "random_probe_fewshot_acc",
-           ("pixel_probe_fewshot_acc",)),
-    _probe("probe_knn_acc", "kNN", "kNN accuracy", "random_probe_knn_acc", ("pixel_probe_knn_acc",)),
+           ("pixel_probe_fewshot_acc",), column="few-shot", column_rank=2, figure="probes"),
+    _probe("probe_knn_acc", "kNN", "kNN accuracy", "random_probe_knn_acc", ("pixel_probe_knn_acc",),
+           column="kNN", column_rank=3, figure="probes"),
     _probe("finetune_acc", "fine-tuning", "fine-tuning accuracy", "random_finetune_acc",
-           ("scratch_best_finetune_acc",)),
+           ("scratch_best_finetune_acc",), column="fine-tune", column_rank=0),
     # The like-for-like pair: the pretrained model's length chosen on validation from the same
     # candidates, by the same selection, as the from-scratch model's (scratch_best_finetune_acc).
     _probe("finetune_best_acc", "fine-tuning (tuned length)", "fine-tuning accuracy at the length best on validation",
            "scratch_best_finetune_acc"),
-    _probe("partial_finetune_acc", "partial fine-tuning", "partial fine-tuning accuracy", None),
+    _probe("partial_finetune_acc", "partial fine-tuning", "partial fine-tuning accuracy", None, figure="probes"),
     _random("random_probe_linear_acc", "linear-probe accuracy"),
     _random("random_probe_fewshot_acc", "few-shot probe accuracy"),
     _random("random_probe_knn_acc", "kNN accuracy"),
@@ -157,19 +184,21 @@ METRICS: dict[str, Metric] = _MetricTable({m.name: m for m in (
     _pixel("pixel_probe_knn_acc", "kNN accuracy"),
     Metric("scratch_best_finetune_acc", "reference", "fine-tuning accuracy (from scratch, tuned length)",
            "accuracy of a model trained from scratch for the length best on validation", "fraction",
-           False, reference_name="from scratch (tuned length)", delta=ACCURACY_DELTA),
+           False, reference_name="from scratch (tuned length)", delta=ACCURACY_DELTA, table_row="from scratch"),
     Metric("scratch_best_finetune_steps", "bookkeeping", "from-scratch training length (updates)",
-           "from-scratch training length chosen on validation", "steps", False),
+           "from-scratch training length chosen on validation", "steps", False, logged_by="probes"),
     Metric("finetune_best_steps", "bookkeeping", "fine-tuning length (updates, tuned)",
-           "pretrained model's fine-tuning length chosen on validation", "steps", False),
+           "pretrained model's fine-tuning length chosen on validation", "steps", False, logged_by="probes"),
     *_chosen("probe_", "pretrained"), *_chosen("random_probe_", "random init"),
     *_chosen("pixel_probe_", "raw pixels"),
-    Metric("probe_train_size", "bookkeeping", "training split (images)", "training split size", "images", False),
+    Metric("probe_train_size", "bookkeeping", "training split (images)", "training split size", "images", False,
+           logged_by="probes"),
     Metric("probe_val_size", "bookkeeping", "validation split (images, inside training)",
-           "validation split size", "images", False),
-    Metric("probe_test_size", "bookkeeping", "test split (images)", "test split size", "images", False),
+           "validation split size", "images", False, logged_by="probes"),
+    Metric("probe_test_size", "bookkeeping", "test split (images)", "test split size", "images", False,
+           logged_by="probes"),
     Metric("data_train_test_duplicates", "bookkeeping", "test images equal to a training image",
-           "number of test images byte-equal to a training image", "images", True),
+           "number of test images byte-equal to a training image", "images", True, logged_by="risks"),
     Metric("train_loss", "bookkeeping", "training loss", "training loss", "target", True),
     # Online evaluation (eval.every; evaluation.online): histories with step = update, on fixed
     # small subsets, so not the final probes' or risks' numbers (bookkeeping: never a finding).
@@ -190,6 +219,27 @@ METRICS: dict[str, Metric] = _MetricTable({m.name: m for m in (
     Metric("eval_seconds", "bookkeeping", "evaluation time (s)",
            "in-trial evaluation wall time (risks, probes, baselines, fine-tuning)", "s", True),
 )})  # the effective mask ratio (M-k)/M is a param (Config.resolved()), not a metric
+
+
+def all_rows() -> list[Metric]:
+    """The table's fixed rows, then the rows the registered plugin evaluators declare
+    (``@evaluator(name, metrics=[Metric(...)])``, :mod:`evaluation.evaluators`)."""
+    from mae_core.registry import evaluators
+
+    rows = list(METRICS.values())
+    for entry in evaluators.snapshot().values():
+        rows += [m for m in entry.metrics if not dict.__contains__(METRICS, m.name)]
+    return rows
+
+
+def _plugin_row(name: str) -> Metric | None:
+    from mae_core.registry import evaluators
+
+    for entry in evaluators.snapshot().values():
+        for row in entry.metrics:
+            if row.name == name:
+                return row
+    return None
 
 
 def names(kind: str) -> tuple[str, ...]:

@@ -151,6 +151,33 @@ class EvalConfig(BaseModel):
                                             "online_mae_risk histories, step = update); 0 = off")
     online_images: int = Field(256, ge=2, description="images in each fixed subset the online evaluation "
                                                       "reads (kNN references, kNN queries, masked-risk images)")
+    # What a trained model is measured by, in order (as big_vision's config lists its
+    # evaluators): the built-ins of evaluation.evaluators and any plugin's @evaluator.
+    evaluators: tuple[str, ...] = Field(
+        ("risks", "probes"), description="evaluators run after training, in order: risks (the spec's test "
+                                         "risks), probes (probes, fine-tuning, their baselines), a plugin's",
+        json_schema_extra={"registry": "evaluators"})
+
+    @field_validator("evaluators", mode="before")
+    @classmethod
+    def _evaluator_list(cls, value: Any) -> Any:
+        """``"risks,probes"`` (CLI, YAML) or one name -> a tuple; lists pass through."""
+        if isinstance(value, str):
+            return tuple(part for part in value.strip("[]() ").replace(",", " ").split() if part)
+        return value
+
+    @field_validator("evaluators", mode="after")
+    @classmethod
+    def _known_evaluators(cls, value: tuple) -> tuple:
+        """Registered names (built-in or a loaded plugin's), each once, at least one."""
+        if not value:
+            raise ValueError(f"needs at least one of {registry.evaluators.allowed()}")
+        unknown = [name for name in value if name not in registry.evaluators.names()]
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)} not one of {registry.evaluators.allowed()}")
+        if len(set(value)) != len(value):
+            raise ValueError("lists an evaluator twice")
+        return value
 
     @field_validator("linear_cs", "knn_ks", "bn_linear_lrs", mode="before")
     @classmethod

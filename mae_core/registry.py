@@ -1,5 +1,5 @@
-"""One registry per choice: the one place each objective, target, corruption, mask sampler and
-dataset format is defined, built-in or a plugin's.
+"""One registry per choice: the one place each objective, target, corruption, mask sampler,
+dataset format, encoder and evaluator is defined, built-in or a plugin's.
 
 A plugin module (``--plugin``, a study file's ``plugins:``, the entry-point group
 ``mae_study.plugins``; :mod:`mae_core.plugins`) registers its parts with the decorators below,
@@ -26,6 +26,10 @@ as the built-ins do (:mod:`mae_core.builtin_parts`). The public contract (shapes
   rules and the run names read these two answers, never the objective's name.
 * ``@encoder(name)`` on ``factory(config, num_patches, patch_dim) -> Encoder`` (the protocol and
   its shapes: :mod:`mae_core.encoders`, re-exported here); ``encoder=name`` then builds it.
+* ``@evaluator(name, metrics=[Metric(...)])`` on ``fn(model, config, data, *, baselines) ->
+  dict[str, float]``: what a trained model is measured by, run when ``eval.evaluators`` lists
+  it (default ``risks,probes``, the built-ins of :mod:`evaluation.evaluators`); its ``Metric``
+  rows (:mod:`evaluation.metrics`) join the metric table every report reads.
 
 This module imports no torch, so the config can list every name without it.
 """
@@ -56,14 +60,15 @@ class DuplicateName(UserError):
 class Registry(Generic[Entry]):
     """Name -> entry for one config key, in registration order (built-ins first)."""
 
-    def __init__(self, key: str):
+    def __init__(self, key: str, builtins: str = _BUILTINS):
         self.key = key  # the config key these names are the values of
+        self.builtins = builtins  # the module that registers the built-in entries, imported on first use
         self._entries: dict[str, Entry] = {}
 
     def register(self, name: str, entry: Entry, function: Callable | None = None) -> Entry:
         """Add ``entry`` under ``name``; a second, different part under one name is refused
         (the same function defined again by a reloaded module is the same part)."""
-        _ensure_builtins()
+        _ensure_builtins(self.builtins)
         if not isinstance(name, str) or not name or ":" in name or "," in name:
             raise UserError(f"{self.key}: {name!r} is not a usable name (text without ':' or ',')")
         old = self._entries.get(name)
@@ -75,14 +80,14 @@ class Registry(Generic[Entry]):
 
     def get(self, name: str) -> Entry:
         """The entry of ``name``; an unknown name is :class:`UnknownName` naming the key and the choices."""
-        _ensure_builtins()
+        _ensure_builtins(self.builtins)
         try:
             return self._entries[name]
         except (KeyError, TypeError):
             raise UnknownName(f"{self.key}={name!r} is not one of {self.allowed()}") from None
 
     def names(self) -> tuple[str, ...]:
-        _ensure_builtins()
+        _ensure_builtins(self.builtins)
         return tuple(self._entries)
 
     def allowed(self, separator: str = ", ") -> str:
@@ -93,7 +98,7 @@ class Registry(Generic[Entry]):
 
     def snapshot(self) -> dict[str, Entry]:
         """The entries as they are now (tests put them back with :meth:`restore`)."""
-        _ensure_builtins()
+        _ensure_builtins(self.builtins)
         return dict(self._entries)
 
     def restore(self, entries: dict[str, Entry]) -> None:
@@ -117,15 +122,14 @@ def _origin(part: Any) -> str:
     return f"{getattr(part, '__module__', '?')}.{getattr(part, '__qualname__', type(part).__name__)}"
 
 
-_loading = False
+_loading: set[str] = set()
 
 
-def _ensure_builtins() -> None:
-    """Import the built-in parts once (lazily: the registries exist before their entries)."""
-    global _loading
-    if not _loading:
-        _loading = True
-        importlib.import_module(_BUILTINS)
+def _ensure_builtins(module: str = _BUILTINS) -> None:
+    """Import a registry's built-in parts once (lazily: the registries exist before their entries)."""
+    if module not in _loading:
+        _loading.add(module)
+        importlib.import_module(module)
 
 
 # ------------------------------------------------------------------------------ entries
@@ -196,11 +200,29 @@ class DatasetFormat:
     function: Callable | None = None  # a plugin's fn(path), for duplicate checks
 
 
+@dataclass(frozen=True)
+class Evaluator:
+    """What a trial measures once it is trained: ``function(model, config, data, *, baselines)
+    -> {metric name: value}`` (``model`` in eval mode on the trial's device, ``data`` its
+    :class:`~mae_core.train.PatchData`, ``baselines`` the study's shared baseline cache or None).
+    ``metrics``: the rows it logs (:class:`evaluation.metrics.Metric`: name, kind, label, unit,
+    direction, ...), which the report, tables and claims read like the built-in ones; a
+    trial fails on a metric its evaluator did not declare."""
+
+    name: str
+    function: Callable
+    metrics: tuple = ()
+    doc: str = ""
+
+
 objectives: Registry[Objective] = Registry("objective")
 targets: Registry[Target] = Registry("target")
 corruptions: Registry[Corruption] = Registry("corruption")
 mask_samplers: Registry[MaskSampler] = Registry("mask_sampling")
 dataset_formats: Registry[DatasetFormat] = Registry("dataset")
+# The built-in evaluators (risks, probes) live a layer up, in the evaluation package, which this
+# one never imports: their module is named here and imported on first use, as a plugin is.
+evaluators: Registry[Evaluator] = Registry("eval.evaluators", builtins="evaluation.evaluators")
 
 
 # --------------------------------------------------------------------------- decorators
@@ -249,6 +271,21 @@ def dataset_format(kind: str) -> Callable:
     ``[N,H,W,C]`` images, int ``[N]`` labels) as ``dataset=kind:PATH``."""
     def register(fn: Callable) -> Callable:
         dataset_formats.register(kind, DatasetFormat(kind, _array_loader(kind, fn), function=fn), fn)
+        return fn
+    return register
+
+
+def evaluator(name: str, *, metrics: Iterable = (), doc: str = "") -> Callable:
+    """Register ``fn(model, config, data, *, baselines) -> dict[str, float]`` as an evaluator
+    that ``eval.evaluators`` can list; ``metrics``: the :class:`evaluation.metrics.Metric` rows
+    it logs (each name new to the table, or one of the built-in rows it computes again)."""
+    rows = tuple(metrics)
+    for row in rows:
+        if not isinstance(getattr(row, "name", None), str) or not hasattr(row, "lower_is_better"):
+            raise UserError(f"evaluator {name!r}: metrics must be evaluation.metrics.Metric rows, not {row!r}")
+
+    def register(fn: Callable) -> Callable:
+        evaluators.register(name, Evaluator(name, fn, rows, doc or (fn.__doc__ or "").strip()), fn)
         return fn
     return register
 

@@ -14,7 +14,8 @@ from studies.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "plugin" / "patch_stats.py"
-REGISTRIES = [registry.targets, registry.corruptions, registry.mask_samplers, registry.dataset_formats]
+REGISTRIES = [registry.targets, registry.corruptions, registry.mask_samplers, registry.dataset_formats,
+              registry.evaluators]
 
 
 @pytest.fixture(autouse=True)
@@ -56,7 +57,7 @@ def test_the_example_plugin_trains_a_dae_on_its_own_target_corruption_and_format
     status = cli("train", "--smoke", "--out", str(tmp_path), "--plugin", str(EXAMPLE),
                  f"dataset=keras_npz:{data}", "target=patch_stats", "objective=dae", "corruption=patch_dropout",
                  "encoder_width=16", "encoder_depth=1", "decoder_width=8", "decoder_depth=1", "batch_size=16",
-                 "steps=10")
+                 "steps=10", "eval.evaluators=risks,probes,rankme")
     err = capsys.readouterr().err
     assert status == 0, err
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -68,6 +69,12 @@ def test_the_example_plugin_trains_a_dae_on_its_own_target_corruption_and_format
     for name in ("train_loss", "test_rec_risk", "test_den_risk", "probe_linear_acc", "test_baseline_risk"):
         assert np.isfinite(metrics[name]) and metrics[name] >= 0, name
     assert "reconstructions.png" in [a.path for a in client.list_artifacts(run.info.run_id)]
+    # the plugin's evaluator: its metric logged, and a row of the table the reports read
+    from evaluation.metrics import METRICS
+
+    assert params["eval.evaluators"] == "('risks', 'probes', 'rankme')"
+    assert 1.0 <= metrics["test_feature_rankme"] <= 16  # at most the encoder's width
+    assert METRICS["test_feature_rankme"].label == "effective rank of the features (RankMe)"
 
 
 def test_the_example_plugins_parts_behave_as_documented():
@@ -172,3 +179,32 @@ def test_an_installed_packages_entry_point_is_loaded(tmp_path, monkeypatch):
     with pytest.raises(plugins.PluginError, match=r"^plugin no_such_package_plugin \(entry point broken\) "
                                                   r"failed to import: ModuleNotFoundError"):
         plugins.load_plugins([])
+
+
+def test_an_evaluator_runs_when_listed_and_a_metric_it_did_not_declare_fails_the_trial():
+    from conftest import tiny_config
+    from evaluation import UndeclaredMetric, evaluate_trial
+    from evaluation.metrics import Metric
+    from mae_core import build_model
+    from mae_core.config import ConfigError
+    from mae_core.train import prepare_data
+
+    row = Metric("test_patch_count", "bookkeeping", "patches per image", "patches per image", "patches", False)
+
+    @registry.evaluator("patch_count", metrics=[row])
+    def patch_count(model, config, data, *, baselines=None):
+        return {"test_patch_count": float(data.test_patches.shape[1])}
+
+    @registry.evaluator("sloppy", metrics=[row])
+    def sloppy(model, config, data, *, baselines=None):
+        return {"test_patch_count": 1.0, "something_else": 2.0}
+
+    config = tiny_config(**{"eval.evaluators": "risks,patch_count"})
+    data = prepare_data(config)
+    model = build_model(config).eval()
+    metrics = evaluate_trial(model, config, data)
+    assert metrics["test_patch_count"] == 16.0 and "test_mae_risk" in metrics and "probe_linear_acc" not in metrics
+    with pytest.raises(UndeclaredMetric, match="something_else"):
+        evaluate_trial(model, tiny_config(**{"eval.evaluators": "sloppy"}), data)
+    with pytest.raises(ConfigError, match="eval.evaluators"):
+        tiny_config(**{"eval.evaluators": "risks,nope"})

@@ -76,7 +76,9 @@ def test_a_trial_run_carries_the_standard_source_tags_and_logs_each_value_once(t
 def test_a_trial_logs_its_baselines_and_trust_metrics(tmp_path):
     """Pixel probes, both from-scratch fine-tuning baselines, the duplicate count and the MAE's
     all-visible error (never as test_rec_risk) reach the MLflow run; eval.* settings as params."""
-    config = tiny_config(steps=3, **{"eval.finetune_steps": 2, "eval.fewshot": 2, "eval.fewshot_draws": 2})
+    # every evaluator and option on, so that every metric a trial can log is checked below
+    config = tiny_config(steps=3, **{"eval.finetune_steps": 2, "eval.fewshot": 2, "eval.fewshot_draws": 2,
+                                     "eval.probe_blocks": 1, "eval.finetune_blocks": 1, "eval.every": 3})
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     outcome = run_trial(config, prepare_data(config), tracking_uri=uri)
     run = MlflowClient(uri).get_run(outcome.run_id)
@@ -103,6 +105,7 @@ def test_a_trial_logs_its_baselines_and_trust_metrics(tmp_path):
     from evaluation.metrics import METRICS
 
     assert [name for name in metrics if name not in METRICS and not name.startswith("system/")] == []  # MLflow's own
+    assert {"probe_linear_acc_block1", "partial_finetune_acc", "online_knn_acc", "flops_per_update"} <= set(metrics)
 
 
 def test_the_ae_logs_its_reconstruction_risk():
