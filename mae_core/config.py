@@ -640,6 +640,8 @@ def allowed_values(field: FieldInfo) -> str:
     """What a field admits, read from its type: ``mae | ae | dae``, ``number in (0, 1)``,
     ``integer ≥ 1 | null``, ``auto | true | false``."""
     words: list[str] = []
+    if _registry_of(field) is not None and typing.get_origin(field.annotation) is tuple:  # eval.evaluators
+        return "a list of " + ", ".join(_choices(field).names())
     if _registry_of(field) is not None:  # a registry's names: built-in, then any plugin's
         words += list(_choices(field).names())
     for member in _union_members(field.annotation):
