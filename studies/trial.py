@@ -7,6 +7,7 @@ the checkpoint, and never logs a metric step twice.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,13 +27,17 @@ from evaluation.online import METRIC_NAMES as ONLINE_METRICS, OnlineEvaluation
 from mae_core.compute import compute_metrics
 from mae_core.distributed import Shard
 from mae_core.models import build_model, config_variant_name
-from mae_core.train import NonFiniteError, PatchData, TrainResult, resolve_device, train
+from mae_core.train import NonFiniteError, PatchData, TrainResult, hold_for_tests, resolve_device, train
 
 from . import lifecycle, logged, pretrained as shared, tracking
 from .interrupts import Interruption
 
 
 BASELINES_TAG = "baselines"  # "computed KEY" or "reused KEY": see evaluation.baselines
+# Tests only: a trial holds at the start of its evaluation (mae_core.train.hold_for_tests) until
+# it is interrupted or killed, so an interrupt test signals a trial known to be evaluating
+# instead of racing a short evaluation (the training loop's own hook: MAE_TEST_PAUSE_AT_STEP).
+PAUSE_EVALUATION_VARIABLE = "MAE_TEST_PAUSE_IN_EVALUATION"
 WORKERS_TAG = "workers_per_trial"  # processes one trial's training ran on (absent: one)
 
 
@@ -162,6 +167,8 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
     try:
         served = len(baselines.outcomes) if baselines is not None else 0
         eval_started = time.perf_counter()
+        if os.environ.get(PAUSE_EVALUATION_VARIABLE):  # tests only: signal a trial known to be evaluating
+            hold_for_tests(None)
         metrics = evaluate_trial(result.model, config, data, probes=probes, baselines=baselines)
         eval_seconds = time.perf_counter() - eval_started
     except BaseException as error:  # e.g. Ctrl-C during the probes: the checkpoint is final

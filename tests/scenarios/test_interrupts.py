@@ -24,6 +24,7 @@ from mlflow.tracking import MlflowClient
 
 from conftest import seed_command_store
 from mae_core.train import PAUSE_VARIABLE
+from studies.trial import PAUSE_EVALUATION_VARIABLE
 
 pytestmark = pytest.mark.slow
 
@@ -34,11 +35,17 @@ TRAIN = ["train", "train_limit=256", "test_limit=48", "steps=30", "log_every=10"
          "eval.fewshot_draws=1"]
 
 
-def start(args: list[str], cwd: Path, pause_at_step: int | None = None) -> subprocess.Popen:
+def start(args: list[str], cwd: Path, pause_at_step: int | None = None,
+          pause_in_evaluation: bool = False) -> subprocess.Popen:
     """The command in its own process group; with ``pause_at_step`` every trial's loop holds
-    after that update (``mae_core.train.hold_for_tests``) until the signal comes."""
+    after that update (``mae_core.train.hold_for_tests``) until the signal comes; with
+    ``pause_in_evaluation`` every trial holds at the start of its evaluation."""
     seed_command_store(args, cwd)
-    env = ENV if pause_at_step is None else {**ENV, PAUSE_VARIABLE: str(pause_at_step)}
+    env = dict(ENV)
+    if pause_at_step is not None:
+        env[PAUSE_VARIABLE] = str(pause_at_step)
+    if pause_in_evaluation:
+        env[PAUSE_EVALUATION_VARIABLE] = "1"
     return subprocess.Popen([sys.executable, "-m", "studies.cli", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -131,7 +138,7 @@ def test_sigint_before_ray_starts_leaves_an_unfinished_study_that_resumes(tmp_pa
 
 
 def test_sigterm_during_a_trials_evaluation_kills_its_run_and_resume_finishes_the_grid(tmp_path):
-    driver = start(STUDY, tmp_path)
+    driver = start(STUDY, tmp_path, pause_in_evaluation=True)  # held there until the signal
     wait_for(lambda: in_evaluation(tmp_path / "mae_runs" / "mlflow.db", 60), driver, "a trial's evaluation")
     output = interrupt(driver, signal.SIGTERM)
     command = check_interrupted_study(tmp_path, output, driver, "SIGTERM")
@@ -172,7 +179,7 @@ def test_sigint_during_training_checkpoints_that_step_and_resume_finishes(tmp_pa
 
 
 def test_sigterm_during_evaluation_of_train_is_recorded_and_resumed(tmp_path):
-    driver = start(TRAIN, tmp_path)
+    driver = start(TRAIN, tmp_path, pause_in_evaluation=True)  # held there until the signal
     wait_for(lambda: in_evaluation(tmp_path / "mlflow.db", 30), driver, "the evaluation")
     output = interrupt(driver, signal.SIGTERM)
     assert driver.returncode == 130, output
