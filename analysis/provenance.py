@@ -92,9 +92,11 @@ def _compute(frame: pd.DataFrame) -> str:
 
 def _encoders(frame: pd.DataFrame) -> str | None:
     """How many encoders were trained and how many trials read another trial's
-    (:mod:`studies.pretrained`); None where every trial trained its own."""
+    (:mod:`studies.pretrained`), and for a study over lengths which were read from which; None
+    where every trial trained its own and the study has one length."""
+    lengths = "steps" in frame and frame["steps"].nunique() > 1
     if "pretraining" not in frame or frame["pretraining"].isna().all():
-        return None
+        return "every length trained on its own" if lengths else None
     how = frame["pretraining"].value_counts()
     text = f"{int(how.get('computed', 0))} trained, {int(how.get('reused', 0))} read from another trial's training"
     if "pretraining_source_steps" in frame and frame["pretraining_source_steps"].notna().any():
@@ -102,16 +104,9 @@ def _encoders(frame: pd.DataFrame) -> str | None:
         pairs = sorted({(int(s), int(l)) for s, l in zip(read["steps"], read["pretraining_source_steps"])})
         text += ("; shorter lengths read at that update of a longer run with the same learning rates: "
                  + ", ".join(f"{s} of {l}" for s, l in pairs))
-    elif "steps" in frame and frame["steps"].nunique() > 1:
+    elif lengths:
         text += "; every length trained on its own"
     return text
-
-
-def _lengths(frame: pd.DataFrame) -> str | None:
-    """A study over training lengths whose trials each trained: why none was read from a longer run."""
-    if "steps" not in frame or frame["steps"].nunique() < 2 or "pretraining" in frame:
-        return None
-    return "every length trained on its own"
 
 
 def _tags(tracking_uri: str, run_id: str) -> dict[str, str]:
@@ -147,7 +142,7 @@ def provenance(tracking_uri: str, study: str, info: dict, frame: pd.DataFrame) -
         ("seeds", _seeds(frame)),
         ("trials", trials),
         ("compute", _compute(frame)),
-        *[("encoders", text) for text in (_encoders(frame) or _lengths(frame),) if text],
+        *[("encoders", text) for text in (_encoders(frame),) if text],
         ("command", command),
         ("git commit", commit or "not recorded (not run from a git checkout)"),
         ("machine", tags.get("machine", "not recorded by this store")),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 ACCURACY = "accuracy (test split)"
@@ -221,25 +222,22 @@ METRICS: dict[str, Metric] = _MetricTable({m.name: m for m in (
 )})  # the effective mask ratio (M-k)/M is a param (Config.resolved()), not a metric
 
 
+def _plugin_rows() -> Iterator[Metric]:
+    """The rows the registered plugin evaluators declare that the fixed table lacks."""
+    from mae_core.registry import evaluators
+
+    for entry in evaluators.snapshot().values():
+        yield from (m for m in entry.metrics if not dict.__contains__(METRICS, m.name))
+
+
 def all_rows() -> list[Metric]:
     """The table's fixed rows, then the rows the registered plugin evaluators declare
     (``@evaluator(name, metrics=[Metric(...)])``, :mod:`evaluation.evaluators`)."""
-    from mae_core.registry import evaluators
-
-    rows = list(METRICS.values())
-    for entry in evaluators.snapshot().values():
-        rows += [m for m in entry.metrics if not dict.__contains__(METRICS, m.name)]
-    return rows
+    return [*METRICS.values(), *_plugin_rows()]
 
 
 def _plugin_row(name: str) -> Metric | None:
-    from mae_core.registry import evaluators
-
-    for entry in evaluators.snapshot().values():
-        for row in entry.metrics:
-            if row.name == name:
-                return row
-    return None
+    return next((row for row in _plugin_rows() if row.name == name), None)
 
 
 def names(kind: str) -> tuple[str, ...]:

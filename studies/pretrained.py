@@ -240,19 +240,27 @@ class PretrainedCache:
         first, but may reach its reservation after this trial reaches its claim): return once the
         key is stored, held, or the time is up. Only how much is shared depends on this wait,
         never a result: a key nobody reserved is then claimed and trained as any other."""
-        self.folder.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not self.path(key).exists():
-            with (self.folder / f"{key}.lock").open("w") as lock:
-                try:
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    return  # held: the claim waits for the holder
+            lock = self._try_lock(key)
+            if lock is None:
+                return  # held: the claim waits for the holder
+            lock.close()
             time.sleep(0.25)
 
     def reserve(self, key: str, steps: int) -> Reservation | None:
         """``key``'s lock taken without waiting, for a model kept at update ``steps`` of a longer
         run; None when another trial holds the key or an encoder is stored for it already."""
+        lock = self._try_lock(key)
+        if lock is None:
+            return None
+        if read_encoder(self.path(key)) is not None:
+            lock.close()
+            return None
+        return Reservation(key=key, path=self.path(key), steps=steps, lock=lock)
+
+    def _try_lock(self, key: str):
+        """``key``'s lock file, open and locked, or None when another process holds it."""
         self.folder.mkdir(parents=True, exist_ok=True)
         lock = (self.folder / f"{key}.lock").open("w")
         try:
@@ -260,10 +268,7 @@ class PretrainedCache:
         except BlockingIOError:
             lock.close()
             return None
-        if read_encoder(self.path(key)) is not None:
-            lock.close()
-            return None
-        return Reservation(key=key, path=self.path(key), steps=steps, lock=lock)
+        return lock
 
 
 def read_from_longer(config: Config, lengths: Iterable[int]) -> bool:

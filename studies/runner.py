@@ -180,9 +180,9 @@ def _fit(plan: StudyPlan, options: RunOptions, state: dict[str, Any], progress, 
                   "gpus": options.gpus_per_trial, "folder": str(options.out_dir)}
                  if options.workers_per_trial > 1 else None),
         plugins=loaded_specs(),  # the trial processes import what the driver did
-        # a shorter length's model read from a longer run (one process per trial, shared folder)
-        lengths=(shared_lengths(plan) if options.workers_per_trial == 1 and options.address in (None, "local")
-                 else ()),
+        # a shorter length's model read from a longer run (the trainable shares only where
+        # baseline_dir is set and a trial is one process, as it does encoders across eval.* cells)
+        lengths=shared_lengths(plan),
     )
     if options.workers_per_trial > 1:  # the trial only waits on its trainer, whose workers hold the resources
         fn = tune.with_resources(fn, {"cpu": 0, "memory": 1})  # (Ray refuses an empty request: 1 byte)
