@@ -13,6 +13,8 @@ never Ray or MLflow.
 
 from __future__ import annotations
 
+from mae_core.errors import UserError
+
 
 def evaluate_trial(model, config, data, *, probes: bool = True, baselines=None) -> dict[str, float]:
     """Every test metric of one trained model (names are the MLflow metric names): the
@@ -37,8 +39,9 @@ def evaluate_trial(model, config, data, *, probes: bool = True, baselines=None) 
     return metrics
 
 
-class UndeclaredMetric(ValueError):
-    """An evaluator measured a metric that is not among its declared rows."""
+class UndeclaredMetric(UserError):
+    """An evaluator measured a metric that is not among its declared rows (a plugin's mistake the
+    user fixes: one line and exit status 2 from the CLI, like any :class:`UserError`)."""
 
 
 def declares(entry, name: str) -> bool:
