@@ -4,6 +4,7 @@ the axis values logged as params, and the study's evaluation keys with them."""
 from __future__ import annotations
 
 import mlflow
+import pytest
 
 from conftest import run_cli
 
@@ -59,3 +60,29 @@ def test_a_zipped_study_file_runs_one_trial_per_row_and_reports_against_a_row(tm
     assert report.returncode == 0, report.stderr
     findings = (tmp_path / "mae_runs" / "zipped_widths-smoke" / "report" / "findings.md").read_text()
     assert "Reference row: encoder_width=16, encoder_heads=2" in findings  # a whole row, the first
+
+
+TIMM_STUDY = """\
+name: timm_ratio
+base: {dataset: digits, encoder: "timm:vit_tiny_patch16_224", encoder_width: 16, encoder_depth: 1,
+       encoder_heads: 2}
+axes: {mask_ratio: [0.5, 0.75]}
+seeds: [0]
+"""
+
+
+def test_a_timm_encoder_trains_in_a_smoke_study(tmp_path):
+    # #27 part 3's done-when: encoder=timm:NAME through Ray Tune, one FINISHED child per cell.
+    from conftest import timm_missing
+
+    if timm_missing():
+        pytest.skip(timm_missing())
+    (tmp_path / "timm_ratio.yaml").write_text(TIMM_STUDY)
+    done = run_cli(["run", "timm_ratio.yaml", "--smoke"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mae_runs/mlflow.db")
+    runs = mlflow.search_runs(experiment_names=["mae-study"], filter_string="tags.study = 'timm_ratio'")
+    children = runs[runs["tags.mlflow.parentRunId"].notna()]
+    assert len(children) == 2 and set(children["status"]) == {"FINISHED"}
+    assert set(children["params.encoder"]) == {"timm:vit_tiny_patch16_224"}
+    assert children["metrics.test_mae_risk"].notna().all() and children["metrics.probe_linear_acc"].notna().all()
