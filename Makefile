@@ -65,7 +65,7 @@ test: $(STAMP) $(TIMM_STAMP)
 
 # The inner loop: everything but Ray, subprocesses and scenarios (tests/scenarios), in about a minute.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow" -n auto --maxprocesses 4
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test,bench]' -c constraints.txt

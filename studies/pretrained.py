@@ -310,12 +310,15 @@ def prefix_lengths(config: Config, lengths: Iterable[int]) -> list[int]:
 
 
 @contextmanager
-def reserved_prefixes(cache: PretrainedCache, config: Config, data: PatchData) -> Iterator[dict[int, Reservation]]:
+def reserved_prefixes(cache: PretrainedCache, config: Config, data: PatchData,
+                      resumes_at: int = 0) -> Iterator[dict[int, Reservation]]:
     """The shorter lengths of ``cache.lengths`` this run will keep a model for (steps ->
-    :class:`Reservation`): those that are prefixes of it and no other trial holds or has kept.
-    Whatever is not kept when the block ends is released (an interrupted run keeps nothing)."""
+    :class:`Reservation`): those that are prefixes of it, that it has still to pass (a run
+    resumed at update ``resumes_at`` cannot keep an earlier one, so it leaves those to their own
+    trials at once), and that no other trial holds or has kept. Whatever is not kept when the
+    block ends is released (an interrupted run keeps nothing)."""
     reserved: dict[int, Reservation] = {}
-    lengths = prefix_lengths(config, cache.lengths)
+    lengths = [steps for steps in prefix_lengths(config, cache.lengths) if steps > resumes_at]
     images = images_digest(data) if lengths else None
     try:
         for steps in lengths:

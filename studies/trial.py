@@ -27,7 +27,8 @@ from evaluation.online import METRIC_NAMES as ONLINE_METRICS, OnlineEvaluation
 from mae_core.compute import compute_metrics
 from mae_core.distributed import Shard
 from mae_core.models import build_model, config_variant_name
-from mae_core.train import NonFiniteError, PatchData, TrainResult, hold_for_tests, resolve_device, train
+from mae_core.train import (NonFiniteError, PatchData, TrainResult, hold_for_tests, load_latest_checkpoint,
+                            resolve_device, train)
 
 from . import lifecycle, logged, pretrained as shared, tracking
 from .interrupts import Interruption
@@ -232,6 +233,12 @@ def _log_prefix_checkpoint(client: MlflowClient, run_id: str, config: Config, fo
         client.log_artifact(run_id, str(path), artifact_path="checkpoint")
 
 
+def _checkpoint_step(checkpoint_path: Path) -> int:
+    """The update a trial's newest readable checkpoint holds (0 if none is readable)."""
+    state, _ = load_latest_checkpoint(Path(checkpoint_path))
+    return int(state["step"]) if state is not None else 0
+
+
 def _shared_pretraining(client: MlflowClient, run_id: str, config: Config, data: PatchData,
                         pretrained: shared.PretrainedCache, train_own, on_log,
                         checkpoint_path: Path | None) -> tuple[TrainResult, float]:
@@ -247,7 +254,8 @@ def _shared_pretraining(client: MlflowClient, run_id: str, config: Config, data:
     with pretrained.claim(key, own_work=own_work) as claim:
         if claim.found is None:
             tracking.set_tags(client, run_id, {shared.TAG: f"computed {key}"})
-            with shared.reserved_prefixes(pretrained, config, data) as reserved:
+            resumes_at = _checkpoint_step(checkpoint_path) if own_work else 0
+            with shared.reserved_prefixes(pretrained, config, data, resumes_at) as reserved:
                 started = time.perf_counter()
 
                 def keep_prefix(step: int, model, history: list[tuple[int, float]]) -> None:

@@ -1,6 +1,7 @@
 """Baselines shared by a study's cells (evaluation.baselines): a read set equals a computed one,
 and only cells whose baselines would be equal share a key."""
 
+import dataclasses
 import json
 
 import torch
@@ -35,8 +36,9 @@ def test_cells_share_a_key_only_when_their_baselines_read_the_same_things():
                     {"eval.knn_ks": (3,)}, {"eval.finetune_steps": 4}):
         assert _key(tiny_config(**changed)) != key, changed
     data = prepare_data(reference)
-    data.test_labels[0] = (data.test_labels[0] + 1) % 10  # one label
-    assert _key(reference, data) != key
+    labels = data.test_labels.clone()  # the loaded dataset is cached and shared: never written to
+    labels[0] = (labels[0] + 1) % 10  # one label
+    assert _key(reference, dataclasses.replace(data, test_labels=labels)) != key
 
 
 def test_a_second_cell_reads_the_baselines_the_first_computed_and_they_are_equal(tmp_path):

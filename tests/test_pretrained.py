@@ -206,3 +206,22 @@ def test_a_shorter_trial_waits_briefly_for_a_longer_one_to_reserve_its_key(tmp_p
     assert read_from_longer(tiny_config(steps=10, **keys), (10, 20))
     assert not read_from_longer(tiny_config(steps=20, **keys), (10, 20))  # the longest
     assert not read_from_longer(tiny_config(steps=10, **{**keys, "schedule": "cosine"}), (10, 20))
+
+
+def test_a_resumed_longer_trial_reserves_only_the_lengths_it_has_still_to_pass(tmp_path):
+    # #25: a longer run resumed at update 10 cannot keep the 10-update model; holding that key
+    # would make its trial wait until the longer run ends, then train anyway.
+    from studies.trial import _checkpoint_step
+
+    keys = dict(log_every=5, checkpoint_every=5, schedule="constant", warmup_fraction=0.0)
+    long = tiny_config(steps=20, **keys)
+    data = prepare_data(long)
+    cache = PretrainedCache(tmp_path / "pretrained", lengths=(5, 10, 20))
+    with reserved_prefixes(cache, long, data, resumes_at=5) as reserved:
+        assert list(reserved) == [10]
+    with reserved_prefixes(cache, long, data, resumes_at=10) as reserved:
+        assert reserved == {}
+        assert cache.reserve(pretraining_key(tiny_config(steps=10, **keys), data), 10) is not None
+    assert _checkpoint_step(tmp_path / "none.pt") == 0
+    train(tiny_config(steps=10, **keys), data, checkpoint_path=tmp_path / "c.pt")
+    assert _checkpoint_step(tmp_path / "c.pt") == 10
