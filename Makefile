@@ -59,13 +59,13 @@ demo: $(STAMP)
 
 test: $(STAMP) $(TIMM_STAMP)
 	$(BIN)/python -m pytest --durations=25
-	@if [ -x $(TIMM_VENV)/bin/python ] && ! $(BIN)/python -c 'import timm' 2>/dev/null; then \
+	@if [ -f $(TIMM_STAMP) ] && [ -x $(TIMM_VENV)/bin/python ] && ! $(BIN)/python -c 'import timm' 2>/dev/null; then \
 	  echo "make: the encoder=timm tests, in $(TIMM_VENV) ($(TIMM_TORCH))"; \
 	  $(TIMM_VENV)/bin/python -m pytest -k timm -p no:cacheprovider; fi
 
 # The inner loop: everything but Ray, subprocesses and scenarios (tests/scenarios), in about a minute.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" -n auto --maxprocesses 4
+	$(BIN)/python -m pytest -m "not slow" -n auto --maxprocesses 4 --dist loadscope
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test,bench]' -c constraints.txt

@@ -404,6 +404,25 @@ def seeds_needed(effect: float, sd: float, n: int, delta: float, alpha: float) -
     return float(min(MAX_SEEDS, max(n + 1, math.ceil(min(candidates))))) if candidates else float(MAX_SEEDS)
 
 
+def _seeds_to_decide(h: Hypothesis, alpha: float) -> float:
+    """:func:`seeds_needed` for an undecided hypothesis. A trend is decided only when every
+    step is (all better, all worse, or all within ±delta), so it needs the seeds of its hardest
+    step; where its steps go both ways by at least delta, no number of seeds decides it at the
+    observed effects (:data:`MAX_SEEDS`, written "≥ 1000"), and a count read off one step would
+    promise a verdict more seeds cannot give. A single pair or a peak: its binding comparison."""
+    delta = h.claim["delta"]
+    if h.claim["kind"] != "trend":
+        pair = h.binding()
+        return seeds_needed(pair.effect, pair.sd, pair.n, delta, alpha)
+    gains = [pair.gain for pair in h.pairs]
+    if not all(map(math.isfinite, gains)):
+        return math.nan
+    both_ways = any(g > 0 for g in gains) and any(g < 0 for g in gains)
+    if both_ways and any(abs(pair.effect) >= delta for pair in h.pairs):
+        return float(MAX_SEEDS)
+    return max(seeds_needed(pair.effect, pair.sd, pair.n, delta, alpha) for pair in h.pairs)
+
+
 def seeds_text(n_needed: float) -> str:
     """``n_needed`` as a report writes it: the count, ``≥ MAX_SEEDS`` at the cap, ``unknown`` for NaN."""
     if not math.isfinite(n_needed):
@@ -542,8 +561,7 @@ def decide_claims(frame: pd.DataFrame, claims: list[dict] | tuple[dict, ...], st
                          if math.isfinite(model_adjusted[i]) else "not fitted")
         low, high = pair.interval(level)
         needed = (float(pair.n) if verdict != "inconclusive"
-                  else seeds_needed(pair.effect, pair.sd, pair.n, h.claim["delta"], planning) if robustness
-                  else math.nan)
+                  else _seeds_to_decide(h, planning) if robustness else math.nan)
         model_effect = t["model"][h.pairs.index(pair)][0]
         rows.append({
             "study": study, "claim": h.claim["name"], "kind": h.claim["kind"], "metric": h.claim["metric"],

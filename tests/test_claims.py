@@ -13,7 +13,7 @@ import pytest
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.weightstats import ttost_paired
 
-from analysis.claims import ALPHA, check_claims, decide_claims
+from analysis.claims import ALPHA, MAX_SEEDS, check_claims, decide_claims, seeds_text
 from analysis.claims_report import compare_claims, decide, write_claims
 from studies.study_files import StudyFileError, load_study_file
 
@@ -99,6 +99,20 @@ def test_a_trend_needs_every_step():
     stalled = planted({0.25: 0.80, 0.5: 0.84, 0.75: 0.84, 0.9: 0.92}, sd=0.02)
     row = one(stalled, kind="trend")
     assert row["verdict"] != "better" and row["cell"] == "mask_ratio=0.75"  # the weakest step
+
+
+def test_a_trend_whose_steps_go_both_ways_needs_more_seeds_than_any_study_runs():
+    # The schedule study's shape (#25's run): up, down, up by more than delta at every step.
+    # More seeds sharpen each step but cannot make them agree: no verdict at these effects.
+    zigzag = planted({0.25: 0.92, 0.5: 0.93, 0.75: 0.91, 0.9: 0.94}, sd=0.003)
+    row = one(zigzag, kind="trend")
+    assert row["verdict"] == "inconclusive" and row["n_needed"] == MAX_SEEDS
+    assert seeds_text(row["n_needed"]) == f"≥ {MAX_SEEDS}"
+    # all one way but one step unclear: the seeds of the hardest step, which the weakest names
+    slow = planted({0.25: 0.80, 0.5: 0.84, 0.75: 0.845, 0.9: 0.92}, sd=0.01, seeds=5)
+    row = one(slow, kind="trend")
+    assert row["verdict"] == "inconclusive" and row["cell"] == "mask_ratio=0.75"
+    assert row["n"] < row["n_needed"] < MAX_SEEDS
 
 
 def test_a_baseline_claim_pairs_within_each_run_and_risks_count_lower_as_better():
