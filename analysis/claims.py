@@ -321,6 +321,18 @@ class Hypothesis:
         """The hypothesis' name across looks: the claim's, with the cell for a per-cell claim."""
         return self.claim["name"] if self.union else f"{self.claim['name']}: {cell_text(self.pairs[0].cell)}"
 
+    def cannot_be_decided(self, level: float) -> bool:
+        """A trend shown to go both ways: one step's interval (at ``level``) above zero and
+        another's below, with a step at least delta away. Then it is neither better nor worse at
+        every step, nor equivalent, however many seeds follow: more seeds only sharpen steps
+        already shown to disagree. (A peak or a single comparison can always still be decided.)"""
+        if self.claim["kind"] != "trend":
+            return False
+        shown = [sorted(pair.sign * bound for bound in pair.interval(level)) for pair in self.pairs]
+        up = any(low > 0 for low, _ in shown)
+        down = any(high < 0 for _, high in shown)
+        return up and down and any(abs(pair.effect) >= self.claim["delta"] for pair in self.pairs)
+
     def direction_and_p(self, p_values: list[float], gains: list[float]) -> tuple[str, float]:
         """(direction, p) of the difference test. Single pair: its two-sided p and its sign.
         Trend: better (worse) when every step is better (worse): the largest p (IUT). Peak:
@@ -561,6 +573,7 @@ def decide_claims(frame: pd.DataFrame, claims: list[dict] | tuple[dict, ...], st
                          if math.isfinite(model_adjusted[i]) else "not fitted")
         low, high = pair.interval(level)
         needed = (float(pair.n) if verdict != "inconclusive"
+                  else float(MAX_SEEDS) if h.cannot_be_decided(level)  # a sequential run adds it no seeds
                   else _seeds_to_decide(h, planning) if robustness else math.nan)
         model_effect = t["model"][h.pairs.index(pair)][0]
         rows.append({

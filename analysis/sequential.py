@@ -30,7 +30,7 @@ from typing import Any
 
 import pandas as pd
 
-from .claims import ALPHA, CLAIM_COLUMNS, EXTRA_COLUMNS, cell_text, claim_cells, decide_claims
+from .claims import ALPHA, CLAIM_COLUMNS, EXTRA_COLUMNS, MAX_SEEDS, cell_text, claim_cells, decide_claims
 from .stats import FINISHED
 
 SPENDING = "pocock-type (Lan & DeMets 1983): alpha*(t) = alpha * ln(1 + (e - 1) t)"
@@ -128,10 +128,14 @@ def decide_sequential(frame: pd.DataFrame, claims: list[dict], axes: list[str], 
 def cells_to_extend(table: pd.DataFrame, claims: list[dict]) -> list[str]:
     """The cells (``key=value; ...``) the still-inconclusive hypotheses read: a per-cell
     hypothesis its cell (and the reference, against which it is paired), a peak or a trend
-    every cell of its claim."""
+    every cell of its claim. A trend shown to go both ways (``n_needed`` at the cap:
+    :meth:`analysis.claims.Hypothesis.cannot_be_decided`) gets none: no seed can decide it. Not
+    testing it again spends less α than the plan allows, never more (non-binding futility,
+    Jennison & Turnbull 2000, ch. 10)."""
     by_name = {claim["name"]: claim for claim in claims}
     cells: dict[str, None] = {}
-    for row in table[table["verdict"] == "inconclusive"].to_dict("records"):
+    open_rows = table[(table["verdict"] == "inconclusive") & ~(table["n_needed"] >= MAX_SEEDS)]
+    for row in open_rows.to_dict("records"):
         claim = by_name[row["claim"]]
         if claim["kind"] in ("vs_reference", "vs_baseline"):
             cells.setdefault(row["cell"])

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.claims import check_claims
+from analysis.claims import MAX_SEEDS, check_claims
 from analysis.sequential import ALPHA, Plan, decide_sequential, next_seeds, seeds_per_cell, spent
 
 AXES = {"mask_ratio": [0.5, 0.75]}
@@ -66,6 +66,28 @@ def test_a_zero_effect_with_small_spread_adds_seeds_until_equivalent():
     row = table.iloc[0]
     assert len(looks) > 1 and row["verdict"] == "equivalent" and row["n"] > 5
     assert row["look"] == len(looks)  # decided at the last look taken: no seeds added after it
+
+
+def test_a_trend_shown_to_go_both_ways_gets_no_more_seeds():
+    # The schedule study at 15 seeds (#25): 500 -> 1000 updates clearly lower, 1000 -> 2000 clearly
+    # higher. Neither "every step better" nor "every step worse" can hold: no seeds are added.
+    ratios = [0.25, 0.5, 0.75]
+    declared = list(check_claims([{"name": "t", "metric": "probe_linear_acc", "kind": "trend"}],
+                                 {"mask_ratio": ratios}, (), {"mask_ratio": 0.75}))
+    rng = np.random.default_rng(0)
+    means = {0.25: 0.93, 0.5: 0.91, 0.75: 0.94}
+    frame = pd.DataFrame([{"status": "FINISHED", "seed": s, "mask_ratio": r,
+                           "probe_linear_acc": means[r] + rng.normal(0, 0.004)} for r in ratios for s in range(5)])
+    seeds = seeds_per_cell(frame, ["mask_ratio"])
+    plan = Plan(max_seeds=25)
+    look = dict(robustness=False)  # as the run's looks decide (studies.seeds)
+    table = decide_sequential(frame, declared, ["mask_ratio"], plan, [{c: 5 for c in seeds}], **look)
+    assert table.iloc[0]["verdict"] == "inconclusive" and table.iloc[0]["n_needed"] == MAX_SEEDS
+    assert next_seeds(table, declared, seeds, plan, 5) == {}
+    # the same steps, unclear in direction (large spread): seeds are still added where they may decide
+    noisy = frame.assign(probe_linear_acc=frame["mask_ratio"].map(means) + rng.normal(0, 0.08, len(frame)))
+    table = decide_sequential(noisy, declared, ["mask_ratio"], plan, [{c: 5 for c in seeds}], **look)
+    assert table.iloc[0]["verdict"] == "inconclusive" and len(next_seeds(table, declared, seeds, plan, 5)) == 3
 
 
 @pytest.mark.slow  # about a minute of simulated studies
