@@ -12,9 +12,10 @@ TORCHVISION   := torchvision==0.28.0
 TORCH_CPU_URL := https://download.pytorch.org/whl/cpu
 # Where no torchvision build matches the CPU torch (the registries here hold only CUDA builds of
 # torchvision, which need CUDA libraries the CPU torch lacks), `make test` runs the encoder=timm
-# tests a second time in .venv-timm: the newest torch and torchvision pip takes from this machine's
-# disk (CUDA builds, which run on the CPU; about 5.5 GB, 2 minutes) and timm, with every other
-# package read from .venv (a .pth file), so both runs test the same code.
+# tests a second time in .venv-timm: torch 2.14.1 and torchvision 0.29.1 (CUDA builds, which run
+# on the CPU; pip takes their wheels from the registry or this machine's disk and their CUDA
+# libraries from the registry: 5.5 GB, 1 min 51 s here) and timm, with every other package read
+# from .venv (a .pth file), so both runs test the same code.
 TIMM_TORCH    := torch==2.14.1 torchvision==0.29.1
 TIMM_VENV     := .venv-timm
 TIMM_STAMP    := $(TIMM_VENV)/.installed
