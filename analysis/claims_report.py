@@ -81,12 +81,24 @@ def claims_text(table: pd.DataFrame, declared: str, smoke: bool = False) -> str:
     when = ("declared in the study file before the run" if declared == "before the run" else
             f"declared {declared}: written from the paper's rows, not chosen after reading these numbers, "
             "but not fixed before the trials ran")
-    text = (f"Claims {when}. One family of {m} hypotheses for the whole study: each difference is the "
-            f"cell minus the reference paired by seed (or, against a baseline, within each run); p is a "
-            f"paired t-test Holm-adjusted over the family; the interval is simultaneous, at "
-            f"{level:.2%} (Bonferroni, α = {ALPHA} over {m}). Verdicts: better or worse (adjusted p < "
-            f"{ALPHA}, in the metric's better sense: higher accuracy, lower risk); equivalent (the paired "
-            f"TOST within ±delta, Holm-adjusted, < {ALPHA}: any difference is smaller than the smallest "
+    if "look" in table:  # a sequential run: each row is the look that decided it, or the last one
+        level = float(table.loc[table["look"] == table["look"].max(), "ci_level"].iloc[0])
+        family = (f"Decided at the looks of a sequential plan whose looks spend α = {ALPHA} in all: each row "
+                  f"is the look that decided its hypothesis, or the last look; each difference is the cell "
+                  f"minus the reference paired by seed (or, against a baseline, within each run); p is a "
+                  f"paired t-test Holm-adjusted over the hypotheses still open at that look and compared "
+                  f"with that look's share of α (column alpha of claims.csv); the interval is simultaneous "
+                  f"at that look's level (Bonferroni over its open hypotheses; {level:.2%} at the last).")
+        threshold = "that look's share of α"
+    else:
+        family = (f"One family of {m} hypotheses for the whole study: each difference is the cell minus the "
+                  f"reference paired by seed (or, against a baseline, within each run); p is a paired t-test "
+                  f"Holm-adjusted over the family; the interval is simultaneous, at {level:.2%} (Bonferroni, "
+                  f"α = {ALPHA} over {m}).")
+        threshold = f"{ALPHA}"
+    text = (f"Claims {when}. {family} Verdicts: better or worse (adjusted p < "
+            f"{threshold}, in the metric's better sense: higher accuracy, lower risk); equivalent (the paired "
+            f"TOST within ±delta, Holm-adjusted, < {threshold}: any difference is smaller than the smallest "
             f"effect of interest); inconclusive otherwise, which is not evidence of no effect: n needed "
             f"is the seeds per cell that would decide it at the observed effect and an 80% upper bound "
             f"of the spread (80% power). A peak is better only when it beats every other cell; a trend "

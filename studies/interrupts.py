@@ -71,6 +71,10 @@ class Interruption:
         self.signal_name = self.signal_name or signal.Signals(signum).name
         signal.raise_signal(signal.SIGINT)
 
+    def _record_sigint(self, signum: int, frame) -> None:
+        self.signal_name = self.signal_name or signal.Signals(signum).name
+        raise KeyboardInterrupt(self.signal_name)
+
     def forward_sigterm(self) -> None:
         """(Re)install SIGTERM -> SIGINT; ``ray.init`` replaces the handler with its own, which
         would kill the driver without recording anything, so the runner calls this after it."""
@@ -79,10 +83,14 @@ class Interruption:
 
 @contextmanager
 def sigterm_as_sigint(interruption: Interruption) -> Iterator[Interruption]:
-    """SIGTERM becomes SIGINT (remembered as SIGTERM); SIGINT keeps whatever handler is current,
-    so Ray Tune's graceful stop applies while its loop runs and ``KeyboardInterrupt`` elsewhere."""
+    """SIGTERM becomes SIGINT (remembered as SIGTERM). SIGINT raises ``KeyboardInterrupt`` and is
+    remembered too: Python drops an exception raised inside a callback it ignores errors from (a
+    fork handler while Ray starts its processes printed "Exception ignored in: _releaseLock" and
+    the study ran on to success), so the runner also asks :meth:`Interruption.requested` once
+    Ray is up. While Ray Tune's loop runs, its own handler makes the stop graceful."""
     previous_int = signal.getsignal(signal.SIGINT)
     previous_term = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGINT, interruption._record_sigint)
     interruption.forward_sigterm()
     try:
         yield interruption

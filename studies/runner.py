@@ -118,7 +118,7 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None, interruption=
             save_state(options.out_dir, state)  # the batch is recorded before Ray starts: --resume finds it
         STOP_REQUESTED.clear()
         results = _fit(plan, options, state, progress, interruption)
-        interrupted = STOP_REQUESTED.is_set()
+        interrupted = STOP_REQUESTED.is_set() or (interruption is not None and interruption.requested())
     except KeyboardInterrupt:
         interrupted = True
     reason = interruption.reason if interruption is not None else "SIGINT"
@@ -194,6 +194,8 @@ def _fit(plan: StudyPlan, options: RunOptions, state: dict[str, Any], progress, 
     started = start_ray(options.address)
     if interruption is not None:
         interruption.forward_sigterm()
+        if interruption.requested():  # a signal whose KeyboardInterrupt Ray's start-up swallowed
+            raise KeyboardInterrupt(interruption.reason)
     if started and options.address not in (None, "local"):  # a cluster joined just now
         _check_cluster(options, state)
     try:
