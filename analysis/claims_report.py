@@ -68,12 +68,14 @@ def decide(frame: pd.DataFrame, study: str, info: dict, raw_claims: Sequence[dic
                          f"outside a sequential plan and are pooled: the error rate of these verdicts is not "
                          f"controlled")
         table = decide_claims(frame, claims, study, declared)
-    text = " ".join([claims_text(table, declared, info.get("smoke", False)), *share_sentences(frame)])
+    max_seeds = Plan.from_dict(sequential["plan"]).max_seeds if sequential and sequential.get("looks") else None
+    text = " ".join([claims_text(table, declared, info.get("smoke", False), max_seeds), *share_sentences(frame)])
     return Claims(table, text, skipped + unmeasured)
 
 
-def claims_text(table: pd.DataFrame, declared: str, smoke: bool = False) -> str:
-    """The paragraph above the claims table: how they were decided and what each word means."""
+def claims_text(table: pd.DataFrame, declared: str, smoke: bool = False, max_seeds: int | None = None) -> str:
+    """The paragraph above the claims table: how they were decided and what each word means
+    (``max_seeds``: the sequential plan's maximum seeds per cell, for a run with looks)."""
     if not len(table):
         return "The study declares no claim that these trials can decide."
     m = int(table["family_size"].iloc[0])
@@ -89,6 +91,10 @@ def claims_text(table: pd.DataFrame, declared: str, smoke: bool = False) -> str:
                   f"paired t-test Holm-adjusted over the hypotheses still open at that look and compared "
                   f"with that look's share of α (column alpha of claims.csv); the interval is simultaneous "
                   f"at that look's level (Bonferroni over its open hypotheses; {level:.2%} at the last).")
+        if max_seeds is not None:
+            family += (f" Seeds went only to hypotheses they could decide: one whose n needed at a look exceeded "
+                       f"the plan's {max_seeds} seeds per cell got no more there (non-binding futility, which "
+                       f"spends less α, never more) and was still tested at each look on the seeds it had.")
         threshold = "that look's share of α"
     else:
         family = (f"One family of {m} hypotheses for the whole study: each difference is the cell minus the "

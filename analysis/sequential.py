@@ -18,6 +18,10 @@ here keeps the study's family-wise error rate at α however many looks it takes:
   against the recursive boundaries of Jennison & Turnbull (2000, ch. 7), and it needs no
   numerical integration nor equal batches.
 
+Seeds go where they can decide: an open hypothesis whose ``n_needed`` at a look exceeds the
+plan's ``N`` (or a trend shown to go both ways) gets none at that look (:func:`futile`), which
+only spends less α.
+
 A look is recorded as the seeds each cell held at it; a report replays the looks from the
 trials alone (:func:`decide_sequential`), so its verdicts are the ones the run acted on.
 """
@@ -92,7 +96,7 @@ def decide_look(frame: pd.DataFrame, claims: list[dict], plan: Plan, look_seeds:
     left = plan.alpha - spent(plan.fraction(look_seeds), plan.alpha)
     table = decide_claims(frame, claims, study, declared, alpha=max(share, 1e-12), only=open_hypotheses,
                           planning_alpha=max(left, share) / max(1, len(open_hypotheses or claims)),
-                          robustness=robustness)
+                          robustness=robustness, plan_seeds=True)
     return table
 
 
@@ -125,16 +129,18 @@ def decide_sequential(frame: pd.DataFrame, claims: list[dict], axes: list[str], 
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS + EXTRA_COLUMNS + ["look"])
 
 
-def cells_to_extend(table: pd.DataFrame, claims: list[dict]) -> list[str]:
+def cells_to_extend(table: pd.DataFrame, claims: list[dict], max_seeds: int | None = None) -> list[str]:
     """The cells (``key=value; ...``) the still-inconclusive hypotheses read: a per-cell
     hypothesis its cell (and the reference, against which it is paired), a peak or a trend
-    every cell of its claim. A trend shown to go both ways (``n_needed`` at the cap:
-    :meth:`analysis.claims.Hypothesis.cannot_be_decided`) gets none: no seed can decide it. Not
-    testing it again spends less α than the plan allows, never more (non-binding futility,
-    Jennison & Turnbull 2000, ch. 10)."""
+    every cell of its claim. Two kinds of open hypothesis get none (:func:`futile`): a trend
+    shown to go both ways, which no seed can decide, and one whose ``n_needed`` at this look
+    exceeds the plan's ``max_seeds``, which the seeds the plan allows would not decide at its
+    observed effect and spread. Not testing a hypothesis again, or testing it on the seeds it
+    has, spends less α than the plan allows, never more (non-binding futility, Jennison &
+    Turnbull 2000, ch. 10), so the seeds go to the claims they can decide."""
     by_name = {claim["name"]: claim for claim in claims}
     cells: dict[str, None] = {}
-    open_rows = table[(table["verdict"] == "inconclusive") & ~(table["n_needed"] >= MAX_SEEDS)]
+    open_rows = table[(table["verdict"] == "inconclusive") & ~futile(table, max_seeds)]
     for row in open_rows.to_dict("records"):
         claim = by_name[row["claim"]]
         if claim["kind"] in ("vs_reference", "vs_baseline"):
@@ -147,13 +153,21 @@ def cells_to_extend(table: pd.DataFrame, claims: list[dict]) -> list[str]:
     return list(cells)
 
 
+def futile(table: pd.DataFrame, max_seeds: int | None = None) -> pd.Series:
+    """Which rows of a look get no more seeds: ``n_needed`` at the cap (a trend shown to go both
+    ways: :meth:`analysis.claims.Hypothesis.cannot_be_decided`) or above ``max_seeds`` (NaN, as
+    with fewer than two pairs, is never futile)."""
+    needed = table["n_needed"].astype(float)
+    return (needed >= MAX_SEEDS) | ((needed > max_seeds) if max_seeds is not None else False)
+
+
 def next_seeds(table: pd.DataFrame, claims: list[dict], seeds: dict[str, list[int]], plan: Plan,
                batch: int) -> dict[str, list[int]]:
     """The seeds to add before the next look: ``batch`` more (numbered after the cell's last)
     for every cell an inconclusive hypothesis reads, up to the plan's maximum per cell; empty
-    when every hypothesis is decided or every cell it needs is full."""
+    when every hypothesis is decided, futile (:func:`futile`) or every cell it needs is full."""
     added = {}
-    for cell in cells_to_extend(table, claims):
+    for cell in cells_to_extend(table, claims, plan.max_seeds):
         have = seeds.get(cell, [])
         room = plan.max_seeds - len(have)
         if room > 0:

@@ -149,6 +149,7 @@ def run_until_decided(plan: StudyPlan, options: RunOptions, *, max_seeds: int, b
         state.update(looks=looks)
         save_state(options.out_dir, state)
         added = next_seeds(table, claims, seeds_per_cell(frame, axes), sequential, batch)
+        state["no_more_seeds"] = _futile_needs(table, sequential)
         if not added:
             break
         cells = _rows_of(full)
@@ -163,6 +164,15 @@ def run_until_decided(plan: StudyPlan, options: RunOptions, *, max_seeds: int, b
     state.update(verdicts={row["hypothesis"]: row["verdict"] for row in table.to_dict("records")})
     save_state(options.out_dir, state)
     return state
+
+
+def _futile_needs(table, sequential) -> dict[str, float]:
+    """The open hypotheses a look gave no seeds (:func:`analysis.sequential.futile`), with the
+    seeds per cell each would need (``MAX_SEEDS``: none would decide it)."""
+    from analysis.sequential import futile
+
+    rows = table[(table["verdict"] == "inconclusive") & futile(table, sequential.max_seeds)]
+    return {row["hypothesis"]: float(row["n_needed"]) for row in rows.to_dict("records")}
 
 
 def _full_plan(plan: StudyPlan, state: dict[str, Any]) -> StudyPlan:

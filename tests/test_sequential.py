@@ -35,14 +35,17 @@ def trials(effect: float, sd: float, seeds: dict[str, list[int]], rng_seed: int)
 
 
 def run_until_decided(effect: float, sd: float, plan: Plan, start: int = 5, batch: int = 5, rng_seed: int = 0,
-                      delta: float = 0.01, robustness: bool = False):
+                      delta: float = 0.01, robustness: bool = False, every_look: bool = False):
+    """The run's loop on planted data; ``every_look`` takes every look up to the plan's maximum
+    for an open claim (no futility by need: the worst case for the error rate)."""
     declared = claims(delta)
     seeds = {CELL: list(range(start)), REFERENCE: list(range(start))}
     looks = [dict(seeds)]
     while True:
         frame = trials(effect, sd, seeds, rng_seed)
         table = decide_sequential(frame, declared, ["mask_ratio"], plan, looks, robustness=robustness)
-        added = next_seeds(table, declared, seeds_per_cell(frame, ["mask_ratio"]), plan, batch)
+        planned = table.assign(n_needed=np.nan) if every_look else table  # NaN: never futile
+        added = next_seeds(planned, declared, seeds_per_cell(frame, ["mask_ratio"]), plan, batch)
         if not added:
             return table, looks
         seeds = {cell: seeds.get(cell, []) + added.get(cell, []) for cell in set(seeds) | set(added)}
@@ -84,10 +87,38 @@ def test_a_trend_shown_to_go_both_ways_gets_no_more_seeds():
     table = decide_sequential(frame, declared, ["mask_ratio"], plan, [{c: 5 for c in seeds}], **look)
     assert table.iloc[0]["verdict"] == "inconclusive" and table.iloc[0]["n_needed"] == MAX_SEEDS
     assert next_seeds(table, declared, seeds, plan, 5) == {}
-    # the same steps, unclear in direction (large spread): seeds are still added where they may decide
-    noisy = frame.assign(probe_linear_acc=frame["mask_ratio"].map(means) + rng.normal(0, 0.08, len(frame)))
+    # a trend rising at every step but not yet shown to (spread): seeds are still added where they may decide
+    rising = {0.25: 0.90, 0.5: 0.92, 0.75: 0.94}
+    noisy = frame.assign(probe_linear_acc=frame["mask_ratio"].map(rising) + rng.normal(0, 0.01, len(frame)))
     table = decide_sequential(noisy, declared, ["mask_ratio"], plan, [{c: 5 for c in seeds}], **look)
-    assert table.iloc[0]["verdict"] == "inconclusive" and len(next_seeds(table, declared, seeds, plan, 5)) == 3
+    assert table.iloc[0]["verdict"] == "inconclusive" and table.iloc[0]["n_needed"] <= plan.max_seeds
+    assert len(next_seeds(table, declared, seeds, plan, 5)) == 3
+
+
+def test_a_claim_the_plans_seeds_would_not_decide_gets_none_and_the_others_still_do():
+    # Futility by need: at five seeds 0.25 is 2 points above the reference with a small spread
+    # (a few more seeds decide it), 0.5 is 0.1 point away with a large one (hundreds would). With
+    # at most 20 seeds per cell, only 0.25 and the reference it is paired with get more.
+    ratios = [0.25, 0.5, 0.75]
+    declared = list(check_claims([{"name": "c", "metric": "probe_linear_acc", "kind": "vs_reference"}],
+                                 {"mask_ratio": ratios}, (), {"mask_ratio": 0.75}))
+    gap = {0.25: 0.02 + np.array([0.012, -0.009, 0.006, -0.012, 0.003]),  # cell minus reference, by seed
+           0.5: 0.001 + np.array([0.03, -0.04, 0.02, -0.03, 0.02]), 0.75: np.zeros(5)}
+    shared = np.random.default_rng(3).normal(0, 0.02, 5)  # the seed's effect, common to every cell
+    frame = pd.DataFrame([{"status": "FINISHED", "seed": s, "mask_ratio": r,
+                           "probe_linear_acc": 0.9 + shared[s] + gap[r][s]} for r in ratios for s in range(5)])
+    seeds = seeds_per_cell(frame, ["mask_ratio"])
+    plan = Plan(max_seeds=20)
+    table = decide_sequential(frame, declared, ["mask_ratio"], plan, [{c: 5 for c in seeds}], robustness=False)
+    rows = table.set_index("cell")
+    assert (rows["verdict"] == "inconclusive").all()
+    assert rows.loc["mask_ratio=0.25", "n_needed"] <= 20 < rows.loc["mask_ratio=0.5", "n_needed"]
+    assert next_seeds(table, declared, seeds, plan, 5) == {"mask_ratio=0.25": [5, 6, 7, 8, 9],
+                                                           "mask_ratio=0.75": [5, 6, 7, 8, 9]}
+    # with room for the seeds it needs, the far claim gets them too
+    roomy = Plan(max_seeds=MAX_SEEDS - 1)
+    table = decide_sequential(frame, declared, ["mask_ratio"], roomy, [{c: 5 for c in seeds}], robustness=False)
+    assert set(next_seeds(table, declared, seeds, roomy, 5)) == {f"mask_ratio={r}" for r in ratios}
 
 
 @pytest.mark.slow  # about a minute of simulated studies
@@ -99,8 +130,10 @@ def test_on_null_data_the_sequential_false_decision_rate_stays_at_most_alpha():
     false = 0
     studies = 200
     for rng_seed in range(studies):
-        table, _ = run_until_decided(effect=0.0, sd=0.05, plan=plan, rng_seed=rng_seed, delta=0.001)
+        table, looks = run_until_decided(effect=0.0, sd=0.05, plan=plan, rng_seed=rng_seed, delta=0.001,
+                                         every_look=True)
         false += table.iloc[0]["verdict"] in ("better", "worse")
+        assert table.iloc[0]["verdict"] in ("better", "worse") or len(looks) == 4
     rate = false / studies
     assert rate <= ALPHA + 3 * np.sqrt(ALPHA * (1 - ALPHA) / studies), rate
 
@@ -110,6 +143,22 @@ def test_a_true_effect_beyond_delta_is_rarely_called_equivalent():
     """The other error: an effect of 1.5·delta declared equivalent. At most α, simulated."""
     plan = Plan(max_seeds=20)
     studies = 150
-    wrong = sum(run_until_decided(effect=0.015, sd=0.01, plan=plan, rng_seed=s)[0].iloc[0]["verdict"] == "equivalent"
-                for s in range(studies))
+    wrong = sum(run_until_decided(effect=0.015, sd=0.01, plan=plan, rng_seed=s, every_look=True)[0].iloc[0]["verdict"]
+                == "equivalent" for s in range(studies))
     assert wrong / studies <= ALPHA + 3 * np.sqrt(ALPHA * (1 - ALPHA) / studies)
+
+
+def test_a_sequential_report_says_where_seeds_went_and_that_a_left_claim_was_still_tested():
+    from analysis.claims_report import decide
+
+    seeds = {CELL: list(range(5)), REFERENCE: list(range(5))}
+    frame = trials(effect=0.001, sd=0.03, seeds=seeds, rng_seed=0)
+    info = {"axes": ["mask_ratio"], "grid": {"mask_ratio": [0.5, 0.75]}, "reference": {"mask_ratio": 0.75},
+            "sequential": {"plan": Plan(max_seeds=10).as_dict(), "looks": [{CELL: 5, REFERENCE: 5}]}}
+    raw = [{"name": "c", "metric": "probe_linear_acc", "kind": "vs_reference"}]
+    claims = decide(frame, "s", info, raw, "before the run")
+    row = claims.table.iloc[0]
+    assert row["verdict"] == "inconclusive" and row["n_needed"] > 10 and row["look"] == 1
+    assert "exceeded the plan's 10 seeds per cell got no more there" in claims.text
+    fixed = decide(frame, "s", {k: v for k, v in info.items() if k != "sequential"}, raw, "before the run")
+    assert "got no more there" not in fixed.text
