@@ -333,6 +333,9 @@ class Config(BaseModel):
     weight_decay: float = Field(0.05, ge=0.0, description="adamw only; never on norms, biases, tokens, positions")
     schedule: Literal["cosine", "constant"] = Field("cosine", description="step size after warm-up")
     warmup_fraction: float = Field(0.05, ge=0.0, lt=1.0, description="linear warm-up over this fraction of steps")
+    warmup_steps: NonNegativeInt | None = Field(
+        None, description="linear warm-up over this many updates whatever the length (replaces warmup_fraction; "
+                          "with schedule=constant a study over lengths then reads its shorter ones from the longest)")
     batch_size: int = Field(
         128, ge=1, description="B (image, mask) pairs per step; B=1 is the spec's literal loop")
     steps: int = Field(2000, ge=0, description="J updates")
@@ -455,6 +458,8 @@ class Config(BaseModel):
         if self.capturable and self.augment != "none":
             raise ValueError(f"capturable=true needs augment=none: augment={self.augment} draws its crops "
                              "on the host per update")
+        if self.warmup_steps is not None and self.warmup_steps > self.steps:
+            raise ValueError(f"warmup_steps={self.warmup_steps} must be at most steps={self.steps}")
         blocks = self.eval.finetune_blocks
         if isinstance(blocks, int) and blocks > self.encoder_depth:
             raise ValueError(f"eval.finetune_blocks={blocks} must lie in [0, {self.encoder_depth}] "
@@ -558,8 +563,11 @@ class Config(BaseModel):
         return compile_pays_off(device_type, self.steps) if self.compile == "auto" else self.compile
 
     @property
-    def warmup_steps(self) -> int:
-        return int(self.warmup_fraction * self.steps)
+    def warmup_updates(self) -> int:
+        """The warm-up's length in updates: ``warmup_steps`` where given, else ``warmup_fraction``
+        of ``steps`` (a fraction grows with the run, so runs of different lengths differ from
+        their first updates; a count does not)."""
+        return self.warmup_steps if self.warmup_steps is not None else int(self.warmup_fraction * self.steps)
 
     def resolved(self) -> dict[str, Any]:
         """Every key with defaults resolved, plus the derived quantities a reader needs."""
@@ -573,7 +581,7 @@ class Config(BaseModel):
             num_visible=self.num_visible,
             effective_mask_ratio=self.effective_mask_ratio,
             actual_lr=self.actual_lr,
-            warmup_steps=self.warmup_steps,
+            warmup_steps=self.warmup_updates,
             compile_enabled=self.compile_enabled,
         )
         return values

@@ -660,7 +660,7 @@ def train(
     peak = config.actual_lr
 
     def lr_at(t: int) -> float:
-        return learning_rate(t, peak=peak, warmup_steps=config.warmup_steps,
+        return learning_rate(t, peak=peak, warmup_steps=config.warmup_updates,
                              total_steps=config.steps, schedule=config.schedule)
 
     parts = UpdateParts(

@@ -279,7 +279,7 @@ def read_from_longer(config: Config, lengths: Iterable[int]) -> bool:
 
 
 def _rates(config: Config, updates: int) -> list[float]:
-    return [learning_rate(t, peak=config.actual_lr, warmup_steps=config.warmup_steps,
+    return [learning_rate(t, peak=config.actual_lr, warmup_steps=config.warmup_updates,
                           total_steps=config.steps, schedule=config.schedule) for t in range(updates)]
 
 
@@ -291,8 +291,8 @@ def with_steps(config: Config, steps: int) -> Config:
 def prefix_lengths(config: Config, lengths: Iterable[int]) -> list[int]:
     """The lengths S among ``lengths`` (shorter than ``config.steps``) whose whole run is the first
     S updates of ``config``'s run: the learning rate of every update t < S is the same in both
-    (a constant schedule without warm-up; a cosine or a warm-up in fractions depends on the
-    length), and both record the loss (and the online evaluation) at S, so the histories agree.
+    (a constant schedule without warm-up or with one of ``warmup_steps`` updates; a cosine or a
+    warm-up in fractions depends on the length), and both record the loss (and the online evaluation) at S, so the histories agree.
     The draws of I_t and V_t, the initialisation and every other key are the same already."""
     found = []
     for steps in sorted({int(s) for s in lengths if 0 < int(s) < config.steps}):

@@ -40,6 +40,8 @@ BAD = [  # (keys, the key the one-line message must name)
     (dict(mask_token_in_encoder=True, objective="ae"), "mask_token_in_encoder"),
     (dict(optimizer="lamb"), "optimizer"),
     (dict(warmup_fraction=1.0), "warmup_fraction"),
+    (dict(warmup_steps=-1), "warmup_steps"),
+    (dict(warmup_steps=300, steps=200), "warmup_steps"),  # a warm-up longer than the run
     (dict(seed=-1), "seed"),
     (dict(encoder="bogus"), "encoder"),
     (dict(encoder="timm:no_such_vit"), "encoder"),  # names timm's problem: not installed, or no such ViT

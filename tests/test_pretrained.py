@@ -133,6 +133,10 @@ def test_a_shorter_length_is_a_prefix_only_where_every_learning_rate_and_record_
     assert prefix_lengths(tiny_config(**{**constant, "eval.every": 20}), lengths) == [20]  # online points too
     assert prefix_lengths(tiny_config(**{**constant, "warmup_fraction": 0.1}), lengths) == []  # warm-up of 4 vs 1
     assert prefix_lengths(tiny_config(**{**constant, "schedule": "cosine"}), lengths) == []  # decays to its own end
+    # a warm-up of so many updates is the same in every length: the lengths it has passed are shared
+    counted = tiny_config(**{**constant, "warmup_fraction": 0.1, "warmup_steps": 12})
+    assert counted.warmup_updates == 12 and counted.resolved()["warmup_steps"] == 12
+    assert prefix_lengths(counted, lengths) == [20]  # a run of 10 would end inside the warm-up: refused
 
 
 @pytest.mark.parametrize("overrides", [dict(), dict(objective="dae"), dict(optimizer="sgd", lr=0.05)])
