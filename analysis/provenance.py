@@ -85,8 +85,36 @@ def _compute(frame: pd.DataFrame) -> str:
     text = (f"pretraining {duration(logged['pretrain_seconds'].sum())}, evaluation "
             f"{duration(logged.get('eval_seconds', pd.Series(dtype=float)).sum())} (wall time summed over {len(logged)} trials)")
     if "steps" in logged and "flops_per_update" in logged:
-        flops = (logged["flops_per_update"] * pd.to_numeric(logged["steps"], errors="coerce")).sum()
-        text += f"; {flops:.3g} pretraining FLOPs"
+        text += f"; {_pretraining_flops(logged).sum():.3g} pretraining FLOPs"
+    return text
+
+
+def _pretraining_flops(frame: pd.DataFrame) -> pd.Series:
+    """Each trial's pretraining FLOPs (FLOPs per update x updates; NaN where not logged)."""
+    if "flops_per_update" not in frame or "steps" not in frame:
+        return pd.Series(float("nan"), index=frame.index)
+    return frame["flops_per_update"] * pd.to_numeric(frame["steps"], errors="coerce")
+
+
+def _seeds_by_need(frame: pd.DataFrame, info: dict) -> str | None:
+    """For a run with ``--until-decided``: its looks, and the trials and pretraining FLOPs it
+    spent against a fixed grid of every cell at the plan's maximum seeds (each cell's trials at
+    their mean cost); None for any other run."""
+    sequential = info.get("sequential") or {}
+    looks, plan = sequential.get("looks"), sequential.get("plan") or {}
+    if not looks or "max_seeds" not in plan:
+        return None
+    cells = len(looks[-1])
+    fixed = cells * int(plan["max_seeds"])
+    seeds = ", ".join(str(max(look.values(), default=0)) for look in looks)
+    text = (f"{len(looks)} look(s) at up to {seeds} seeds per cell; {len(frame)} trials against {fixed} for a "
+            f"fixed grid at the plan's {plan['max_seeds']} seeds per cell")
+    flops = _pretraining_flops(frame)
+    axes = [a for a in info.get("axes", []) if a in frame]
+    if flops.notna().all() and len(frame):
+        per_cell = flops.groupby([frame[a] for a in axes]).mean() if axes else pd.Series([flops.mean()])
+        text += (f"; {flops.sum():.3g} pretraining FLOPs against {per_cell.sum() * int(plan['max_seeds']):.3g} "
+                 f"({flops.sum() / (per_cell.sum() * int(plan['max_seeds'])):.0%})")
     return text
 
 
@@ -143,6 +171,7 @@ def provenance(tracking_uri: str, study: str, info: dict, frame: pd.DataFrame) -
         ("trials", trials),
         ("compute", _compute(frame)),
         *[("encoders", text) for text in (_encoders(frame),) if text],
+        *[("seeds by need", text) for text in (_seeds_by_need(frame, info),) if text],
         ("command", command),
         ("git commit", commit or "not recorded (not run from a git checkout)"),
         ("machine", tags.get("machine", "not recorded by this store")),

@@ -162,3 +162,17 @@ def test_a_sequential_report_says_where_seeds_went_and_that_a_left_claim_was_sti
     assert "exceeded the plan's 10 seeds per cell got no more there" in claims.text
     fixed = decide(frame, "s", {k: v for k, v in info.items() if k != "sequential"}, raw, "before the run")
     assert "got no more there" not in fixed.text
+
+
+def test_a_sequential_reports_what_was_run_sets_its_trials_and_flops_against_a_fixed_grid_at_n():
+    from analysis.provenance import _seeds_by_need
+
+    # looks at 5 and 10 seeds: the reference cell got 5 more, the other did not (15 trials of 2 x 20)
+    frame = pd.DataFrame({"mask_ratio": [0.5] * 5 + [0.75] * 10, "seed": [*range(5), *range(10)],
+                          "steps": [100] * 15, "flops_per_update": [2.0] * 5 + [1.0] * 10})
+    info = {"axes": ["mask_ratio"], "sequential": {"plan": Plan(max_seeds=20).as_dict(),
+                                                   "looks": [{CELL: 5, REFERENCE: 5}, {CELL: 5, REFERENCE: 10}]}}
+    text = _seeds_by_need(frame, info)
+    assert text.startswith("2 look(s) at up to 5, 10 seeds per cell; 15 trials against 40 for a fixed grid")
+    assert "; 2e+03 pretraining FLOPs against 6e+03 (33%)" in text  # 5·200 + 10·100 of 20·(200 + 100)
+    assert _seeds_by_need(frame, {"axes": ["mask_ratio"], "sequential": None}) is None
