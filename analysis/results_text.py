@@ -53,6 +53,15 @@ def _needed(row) -> str:
     return seeds_text(row.n_needed) if row.verdict == "inconclusive" else ""
 
 
+def _p_text(row) -> str:
+    """The adjusted p, and for a row of a sequential run the look it comes from and that look's
+    share of α, which it is compared with (not 0.05)."""
+    if not math.isfinite(row.p_adjusted):
+        return "—"
+    look = getattr(row, "look", math.nan)
+    return f"{row.p_adjusted:.2g}" + (f" (look {int(look)}: α {row.alpha:.2g})" if look == look else "")
+
+
 def claims_table(claims: pd.DataFrame, links: str | None = None) -> pd.DataFrame:
     """One row per hypothesis, as text: claim, comparison, n, effect [interval], verdict, n
     needed; with ``links`` (a path prefix) a first column linking each row's report folder
@@ -62,7 +71,7 @@ def claims_table(claims: pd.DataFrame, links: str | None = None) -> pd.DataFrame
         row = {"report": f"[{r.report}]({links}{r.report}/)"} if links is not None else {}
         row.update({"claim": r.claim, "cell vs": f"{r.cell} vs {r.reference}", "n": int(r.n),
                     "effect [simultaneous interval]": _effect(r), "±delta": f"{r.delta:g}",
-                    "adjusted p": "—" if not math.isfinite(r.p_adjusted) else f"{r.p_adjusted:.2g}",
+                    "adjusted p": _p_text(r),
                     "verdict": f"**{r.verdict}**", "seeds needed": _needed(r)})
         rows.append(row)
     return pd.DataFrame(rows)

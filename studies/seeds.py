@@ -161,7 +161,8 @@ def run_until_decided(plan: StudyPlan, options: RunOptions, *, max_seeds: int, b
         state = run_study(batch_run, replace(options, resume=False),
                           progress_factory(batch_run) if progress_factory else None, interruption, extend=state)
     _summarise(client, options, state, _full_plan(plan, state))
-    state.update(verdicts={row["hypothesis"]: row["verdict"] for row in table.to_dict("records")})
+    state.update(verdicts={row["hypothesis"]: row["verdict"] for row in table.to_dict("records")},
+                 trials_in_all=len(frame))  # every look's batch, not only the last
     save_state(options.out_dir, state)
     return state
 

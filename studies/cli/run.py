@@ -59,8 +59,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"(MLflow parent run {stop.state['parent_run_id']} KILLED). Continue with:\n  "
                   f"{same_command(args, resume=True)}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(f"study {study.name}: {state['trials']} trials, {state['errored']} errored, "
-          f"{state['diverged']} diverged; MLflow parent run {state['parent_run_id']} in "
+    batch = f" in all; the last look's batch: {state['trials']}," if "trials_in_all" in state else ","
+    print(f"study {study.name}: {state.get('trials_in_all', state['trials'])} trials{batch} {state['errored']} "
+          f"errored, {state['diverged']} diverged; MLflow parent run {state['parent_run_id']} in "
           f"{options.tracking_uri}", file=sys.stderr)
     if state.get("looks"):
         verdicts = list((state.get("verdicts") or {}).values())

@@ -71,7 +71,7 @@ def test_until_decided_adds_seeds_only_where_a_claim_is_open_and_records_every_l
         assert len(looks) == 2 and looks[1] == {"mask_ratio=0.5": 3, "mask_ratio=0.75": 3} and len(children) == 6
     else:  # decided at once, or needing more seeds than the plan allows: nothing added
         assert len(looks) == 1 and len(children) == 4
-    assert "looks: " in done.stderr
+    assert "looks: " in done.stderr and f"study seeds_by_need: {len(children)} trials in all" in done.stderr
     _cli(tmp_path, "report", "seeds_by_need", "--smoke", "--out", "out", "--report-dir", "report", "--format", "png")
     claims = pd.read_csv(tmp_path / "report" / "claims.csv")
     assert list(claims["look"]) == [len(looks)] or claims["verdict"].iloc[0] != "inconclusive"
