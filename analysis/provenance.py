@@ -8,6 +8,7 @@ says so, and the command is reconstructed from the study's name).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -144,6 +145,14 @@ def _tags(tracking_uri: str, run_id: str) -> dict[str, str]:
         return {}
 
 
+def _commits(commit: str | None, tags: dict[str, str]) -> str:
+    """The commit that started the study, and those its later drivers continued it on
+    (``--resume``, a further look, ``--add-seeds``: the parent's ``continued_on_commits``)."""
+    text = commit or "not recorded (not run from a git checkout)"
+    later = json.loads(tags.get("continued_on_commits", "[]"))
+    return text + (f"; continued on {', '.join(later)}" if later else "")
+
+
 def provenance(tracking_uri: str, study: str, info: dict, frame: pd.DataFrame) -> Provenance:
     """The rows of a report's "what was run" block, from the store alone."""
     tags = _tags(tracking_uri, info["run_id"])
@@ -173,7 +182,7 @@ def provenance(tracking_uri: str, study: str, info: dict, frame: pd.DataFrame) -
         *[("encoders", text) for text in (_encoders(frame),) if text],
         *[("seeds by need", text) for text in (_seeds_by_need(frame, info),) if text],
         ("command", command),
-        ("git commit", commit or "not recorded (not run from a git checkout)"),
+        ("git commit", _commits(commit, tags)),
         ("machine", tags.get("machine", "not recorded by this store")),
         ("started", started),
         ("runs", f"MLflow parent run {info['run_id']} in {display_uri(tracking_uri)}"),

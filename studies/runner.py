@@ -114,6 +114,7 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None, interruption=
             state = _create_parent(client, experiment_id, plan, options)
         else:
             tracking.reopen(client, state["parent_run_id"])
+            tracking.record_continuing_commit(client, state["parent_run_id"])
         if extend is not None:
             save_state(options.out_dir, state)  # the batch is recorded before Ray starts: --resume finds it
         STOP_REQUESTED.clear()

@@ -15,6 +15,7 @@ so ``mlflow.log_input`` and ``mlflow.pytorch.log_model`` find it, and with syste
 from __future__ import annotations
 
 import getpass
+import json
 import logging
 import os
 import platform
@@ -177,6 +178,22 @@ def reopen(client: MlflowClient, run_id: str) -> None:
             set_tags(client, run_id, {kept: tags[stale]})
             client.delete_tag(run_id, stale)
     client.update_run(run_id, status="RUNNING")
+
+
+CONTINUED_TAG = "continued_on_commits"
+
+
+def record_continuing_commit(client: MlflowClient, run_id: str) -> None:
+    """A driver that continues ``run_id`` (``--resume``, a further look, ``--add-seeds``) from
+    another commit than the one that started it adds its commit to the run's
+    ``continued_on_commits`` tag (a JSON list, in order), so a report names every commit a
+    study's trials ran on. Outside a git checkout nothing is recorded (no made-up value)."""
+    commit = git_commit()
+    tags = client.get_run(run_id).data.tags
+    seen = json.loads(tags.get(CONTINUED_TAG, "[]"))
+    if commit == "unknown" or commit == tags.get(MLFLOW_GIT_COMMIT) or commit in seen:
+        return
+    set_tags(client, run_id, {CONTINUED_TAG: json.dumps([*seen, commit])})
 
 
 # --------------------------------------------------------------------- the fluent active run
