@@ -195,7 +195,9 @@ def _summarise(client, options: RunOptions, state: dict[str, Any], plan: StudyPl
         client.delete_tag(state["parent_run_id"], DONE_TAG)
     log_study_summary(client, state["parent_run_id"], parent.info.experiment_id, plan.cells,
                       varied_keys(plan), plan.reference)
-    tracking.set_tags(client, state["parent_run_id"], {"seeds": json.dumps(plan.axes["seed"])})
+    # the grid as it stands now: every seed a look or --add-seeds added, not only the first look's
+    tracking.set_tags(client, state["parent_run_id"], {"seeds": json.dumps(plan.axes["seed"]),
+                                                       "grid": json.dumps(plan.axes, default=str)})
     client.set_terminated(state["parent_run_id"], "FAILED" if state.get("errored") else "FINISHED")
 
 

@@ -45,6 +45,7 @@ def test_add_seeds_pools_the_new_seeds_with_the_old_in_one_report(tmp_path):
     assert len(parents) == 1 and len(children) == 6  # one study: 2 cells x seeds 0, 1 and 2
     assert {r.info.status for r in children} == {"FINISHED"}
     assert json.loads(parents[0].data.tags["seeds_added_outside_plan"]) == [2]
+    assert json.loads(parents[0].data.tags["grid"])["seed"] == [0, 1, 2]  # the grid as it stands now
     _cli(tmp_path, "report", "seeds_by_need", "--smoke", "--out", "out", "--report-dir", "report", "--format", "png")
     claims = pd.read_csv(tmp_path / "report" / "claims.csv")
     assert list(claims["n"]) == [3] and "outside a sequential plan" in claims["declared"].iloc[0]
