@@ -519,7 +519,7 @@ def _model_tests(estimate: float, se: float, delta: float) -> tuple[float, float
 def decide_claims(frame: pd.DataFrame, claims: list[dict] | tuple[dict, ...], study: str = "",
                   declared: str = "before the run", *, alpha: float = ALPHA,
                   only: set[str] | None = None, planning_alpha: float | None = None,
-                  robustness: bool = True, plan_seeds: bool | None = None) -> pd.DataFrame:
+                  robustness: bool = True, plan_seeds: bool = False) -> pd.DataFrame:
     """A row per hypothesis of the study's claims (columns :data:`CLAIM_COLUMNS` then
     :data:`EXTRA_COLUMNS`), decided as one family over the FINISHED trials of ``frame``.
 
@@ -538,8 +538,8 @@ def decide_claims(frame: pd.DataFrame, claims: list[dict] | tuple[dict, ...], st
     look still has open); ``planning_alpha`` is the level ``n_needed`` plans for (default
     ``alpha`` over the family); ``robustness=False`` skips the mixed model, the sign-flip
     test and, unless ``plan_seeds``, ``n_needed`` (their columns NaN), for a sequential look and
-    for simulations; ``plan_seeds`` (default: ``robustness``) computes ``n_needed`` (a sequential
-    run's look does: it gives no seeds to a hypothesis that needs more than the plan allows).
+    for simulations; ``plan_seeds`` computes ``n_needed`` even then (a sequential run's look
+    does: it gives no seeds to a hypothesis that needs more than the plan allows).
     """
     finished = frame[frame["status"] == FINISHED] if "status" in frame else frame
     claims = [c for c in claims if c["metric"] in finished and (c["baseline"] is None or c["baseline"] in finished)]
@@ -576,8 +576,7 @@ def decide_claims(frame: pd.DataFrame, claims: list[dict] | tuple[dict, ...], st
         low, high = pair.interval(level)
         needed = (float(pair.n) if verdict != "inconclusive"
                   else float(MAX_SEEDS) if h.cannot_be_decided(level)  # a sequential run adds it no seeds
-                  else _seeds_to_decide(h, planning) if (robustness if plan_seeds is None else plan_seeds)
-                  else math.nan)
+                  else _seeds_to_decide(h, planning) if robustness or plan_seeds else math.nan)
         model_effect = t["model"][h.pairs.index(pair)][0]
         rows.append({
             "study": study, "claim": h.claim["name"], "kind": h.claim["kind"], "metric": h.claim["metric"],

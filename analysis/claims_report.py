@@ -58,17 +58,18 @@ def decide(frame: pd.DataFrame, study: str, info: dict, raw_claims: Sequence[dic
     claims, skipped = resolve_claims(list(raw_claims), info)
     claims, unmeasured = _unmeasured(frame, claims)
     sequential = info.get("sequential")
+    max_seeds = None  # the sequential plan's, for a run with looks
     if sequential and sequential.get("looks"):
         axes = [a for a in info.get("axes", []) if a in frame]
-        table = decide_sequential(frame, claims, axes, Plan.from_dict(sequential["plan"]), sequential["looks"],
-                                  study, declared)
+        plan = Plan.from_dict(sequential["plan"])
+        max_seeds = plan.max_seeds
+        table = decide_sequential(frame, claims, axes, plan, sequential["looks"], study, declared)
     else:
         if info.get("added_outside_plan"):
             declared += (f"; seeds {', '.join(map(str, info['added_outside_plan']))} were added after a look "
                          f"outside a sequential plan and are pooled: the error rate of these verdicts is not "
                          f"controlled")
         table = decide_claims(frame, claims, study, declared)
-    max_seeds = Plan.from_dict(sequential["plan"]).max_seeds if sequential and sequential.get("looks") else None
     text = " ".join([claims_text(table, declared, info.get("smoke", False), max_seeds), *share_sentences(frame)])
     return Claims(table, text, skipped + unmeasured)
 

@@ -114,8 +114,8 @@ def _seeds_by_need(frame: pd.DataFrame, info: dict) -> str | None:
     axes = [a for a in info.get("axes", []) if a in frame]
     if flops.notna().all() and len(frame):
         per_cell = flops.groupby([frame[a] for a in axes]).mean() if axes else pd.Series([flops.mean()])
-        text += (f"; {flops.sum():.3g} pretraining FLOPs against {per_cell.sum() * int(plan['max_seeds']):.3g} "
-                 f"({flops.sum() / (per_cell.sum() * int(plan['max_seeds'])):.0%})")
+        fixed_flops = per_cell.sum() * int(plan["max_seeds"])
+        text += f"; {flops.sum():.3g} pretraining FLOPs against {fixed_flops:.3g} ({flops.sum() / fixed_flops:.0%})"
     return text
 
 

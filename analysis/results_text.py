@@ -58,8 +58,8 @@ def _p_text(row) -> str:
     share of α, which it is compared with (not 0.05)."""
     if not math.isfinite(row.p_adjusted):
         return "—"
-    look = getattr(row, "look", math.nan)
-    return f"{row.p_adjusted:.2g}" + (f" (look {int(look)}: α {row.alpha:.2g})" if look == look else "")
+    look = getattr(row, "look", math.nan)  # NaN: a fixed-n row beside sequential ones
+    return f"{row.p_adjusted:.2g}" + (f" (look {int(look)}: α {row.alpha:.2g})" if pd.notna(look) else "")
 
 
 def claims_table(claims: pd.DataFrame, links: str | None = None) -> pd.DataFrame:

@@ -161,6 +161,13 @@ def futile(table: pd.DataFrame, max_seeds: int | None = None) -> pd.Series:
     return (needed >= MAX_SEEDS) | ((needed > max_seeds) if max_seeds is not None else False)
 
 
+def left_without_seeds(table: pd.DataFrame, max_seeds: int) -> dict[str, float]:
+    """The open hypotheses a look gives no seeds (:func:`futile`), with the seeds per cell each
+    would need (``MAX_SEEDS``: none would decide it), for the run to say which it left."""
+    rows = table[(table["verdict"] == "inconclusive") & futile(table, max_seeds)]
+    return {row["hypothesis"]: float(row["n_needed"]) for row in rows.to_dict("records")}
+
+
 def next_seeds(table: pd.DataFrame, claims: list[dict], seeds: dict[str, list[int]], plan: Plan,
                batch: int) -> dict[str, list[int]]:
     """The seeds to add before the next look: ``batch`` more (numbered after the cell's last)

@@ -119,7 +119,7 @@ def run_until_decided(plan: StudyPlan, options: RunOptions, *, max_seeds: int, b
     Returns the final state with ``looks`` and ``verdicts`` added."""
     from mlflow.tracking import MlflowClient
 
-    from analysis.sequential import Plan, next_seeds, seeds_per_cell
+    from analysis.sequential import Plan, left_without_seeds, next_seeds, seeds_per_cell
 
     if not plan.study.claims:
         raise SeedsError(f"--until-decided: study {plan.study.name} declares no claims (add a claims: list to "
@@ -149,7 +149,7 @@ def run_until_decided(plan: StudyPlan, options: RunOptions, *, max_seeds: int, b
         state.update(looks=looks)
         save_state(options.out_dir, state)
         added = next_seeds(table, claims, seeds_per_cell(frame, axes), sequential, batch)
-        state["no_more_seeds"] = _futile_needs(table, sequential)
+        state["no_more_seeds"] = left_without_seeds(table, sequential.max_seeds)
         if not added:
             break
         cells = _rows_of(full)
@@ -165,15 +165,6 @@ def run_until_decided(plan: StudyPlan, options: RunOptions, *, max_seeds: int, b
                  trials_in_all=len(frame))  # every look's batch, not only the last
     save_state(options.out_dir, state)
     return state
-
-
-def _futile_needs(table, sequential) -> dict[str, float]:
-    """The open hypotheses a look gave no seeds (:func:`analysis.sequential.futile`), with the
-    seeds per cell each would need (``MAX_SEEDS``: none would decide it)."""
-    from analysis.sequential import futile
-
-    rows = table[(table["verdict"] == "inconclusive") & futile(table, sequential.max_seeds)]
-    return {row["hypothesis"]: float(row["n_needed"]) for row in rows.to_dict("records")}
 
 
 def _full_plan(plan: StudyPlan, state: dict[str, Any]) -> StudyPlan:
