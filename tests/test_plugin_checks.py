@@ -329,3 +329,25 @@ def test_one_class_data_trains_without_probes_and_a_limit_is_named(tmp_path):
     with pytest.raises(LabelError, match=r"the training split \(its first 10 images, train_limit\) of .* "
                                          r"holds one class \(label 0\)"):
         prepare_data(tiny_config(dataset=f"npz:{tmp_path / 'sorted.npz'}", train_limit=10))
+
+
+def test_sys_exit_in_an_encoder_factory_or_evaluator_names_it(tmp_path):
+    from evaluation import evaluate_trial
+    from mae_core.models import build_model
+
+    plugins.load_plugins([str(plugin(tmp_path, """
+from mae_core.encoders import encoder
+
+@encoder("leaves")
+def leaves(config, num_patches, patch_dim):
+    sys.exit(1)
+
+@evaluator("leaves_too")
+def leaves_too(model, config, data, *, baselines):
+    sys.exit(0)
+"""))])
+    with pytest.raises(PluginResultError, match=r"^encoder=leaves called sys.exit\(1\)"):
+        build_model(tiny_config(encoder="leaves"))
+    config = tiny_config(**{"eval.evaluators": "leaves_too"})
+    with pytest.raises(PluginResultError, match=r"^eval.evaluators=leaves_too called sys.exit\(0\)"):
+        evaluate_trial(build_model(config), config, prepare_data(config))
