@@ -57,6 +57,9 @@ server instead.
 - MLflow's standard source tags (`mlflow.source.git.commit`, ...) and the trial's dataset as an
   input.
 - An interrupted run ends KILLED with the signal in its `interrupted` tag.
+- A run that fails ends FAILED with its one-line reason in the `failure_reason` tag: a diverging
+  one (and its `failure_step`), or one stopped by an error that is no signal (a plugin's part
+  breaking its rule, a crash); a retried or resumed run keeps it as `retried_after`.
 - A trial whose pretraining was computed or reused from another cell says which in its
   `pretraining` tag (`computed KEY | reused KEY`); a reusing trial names the run it read
   (`pretraining_run`) and, when it read a longer run at its own length, that run's length

@@ -23,6 +23,7 @@ def evaluate_trial(model, config, data, *, probes: bool = True, baselines=None) 
     keeps to the ``risks``. ``baselines``: a study's :class:`~evaluation.baselines.BaselineCache`.
     An evaluator that returns a metric it did not declare is an error (:class:`UndeclaredMetric`):
     every logged number is a row of the metric table."""
+    from mae_core.plugin_checks import call_part  # a plugin's sys.exit: an error naming it
     from mae_core.registry import evaluators
 
     metrics: dict[str, float] = {}
@@ -30,7 +31,7 @@ def evaluate_trial(model, config, data, *, probes: bool = True, baselines=None) 
         if not probes and name != "risks":
             continue
         entry = evaluators.get(name)
-        measured = entry.function(model, config, data, baselines=baselines)
+        measured = call_part(f"eval.evaluators={name}", entry.function, model, config, data, baselines=baselines)
         undeclared = sorted(key for key in measured if not declares(entry, key))
         if undeclared:
             raise UndeclaredMetric(f"evaluator {name!r} logged {', '.join(undeclared)}, which it does not declare "

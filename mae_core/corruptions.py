@@ -24,6 +24,7 @@ import torch
 
 from . import registry
 from .devices import to_device
+from .plugin_checks import corruption_result
 
 
 def _draw(sample: Callable[..., torch.Tensor], x: torch.Tensor, generator: torch.Generator | None,
@@ -72,7 +73,7 @@ def corrupt(
     numbers whatever device ``x`` is on); any other kind is a plugin's (:mod:`mae_core.registry`)."""
     if kind in CORRUPTION_KINDS:
         return CORRUPTION_KINDS[kind](x, level, generator)
-    return registry.corruptions.get(kind).function(x, level, generator)  # a plugin's corruption
+    return corruption_result(registry.corruptions.get(kind), x, level, generator)  # a plugin's, checked
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import numpy as np
 
 from .errors import UserError
 from .images import BYTE_VALUES, ImageStore
+from .labels import numbered_class_names, require_label_range
 
 _CIFAR10_NAMES = ("airplane", "automobile", "bird", "cat", "deer",
                   "dog", "frog", "horse", "ship", "truck")
@@ -310,9 +311,10 @@ def load_npz(path: Path, ram_bytes: int) -> Splits:
             raise DataError(f"npz {path}: 'test_images' are {xte.image_shape} but 'images' are {x.image_shape}")
     all_labels = y if yte is None else np.concatenate([y, yte])
     if "class_names" in arrays:
+        require_label_range(all_labels, f"npz {path}")
         names = tuple(str(n) for n in np.atleast_1d(np.asarray(arrays["class_names"])))
     else:
-        names = tuple(str(i) for i in range(int(all_labels.max()) + 1))
+        names = numbered_class_names(all_labels, f"npz {path}")  # the range checked before range()
     check_labels(all_labels, len(names), path)
     return Splits(x, y, xte, yte, names)
 
@@ -364,6 +366,6 @@ def array_splits(arrays: object, where: str) -> Splits:
         raise DataError(f"{where}: test images are {stores[1].image_shape} but training images are "
                         f"{stores[0].image_shape} (C, H, W)")
     all_labels = np.concatenate(labels)
-    names = tuple(str(i) for i in range(int(all_labels.max()) + 1))
+    names = numbered_class_names(all_labels, where)  # the range checked before range()
     check_labels(all_labels, len(names), Path(where))
     return Splits(stores[0], labels[0], stores[1], labels[1], names)

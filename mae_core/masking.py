@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from . import registry
+from .plugin_checks import visible_positions
 
 
 def num_visible_for(num_patches: int, mask_ratio: float) -> int:
@@ -95,12 +96,12 @@ def sample_visible(
     """
     if not 1 <= num_visible < num_patches:
         raise ValueError(f"num_visible={num_visible} must satisfy 1 <= k < M={num_patches}")
-    sampler = registry.mask_samplers.get(scheme).function  # an unknown scheme: one line, the choices
+    sampler = registry.mask_samplers.get(scheme)  # an unknown scheme: one line, the choices
     if grid is None:
         side = math.isqrt(num_patches)
         grid = (side, num_patches // side) if side * side == num_patches else (1, num_patches)
-    visible = sampler(batch_size, num_patches, num_visible, grid, generator)
-    return visible.sort(dim=1).values
+    # sorted; a plugin's checked: [B,k], k distinct positions in [0,M) per row
+    return visible_positions(sampler, batch_size, num_patches, num_visible, grid, generator)
 
 
 def all_visible_sets(num_patches: int, num_visible: int) -> torch.Tensor:

@@ -79,19 +79,27 @@ def _load_one(spec: str, relative_to: Path | None) -> str:
 
 def _import_module(name: str) -> str:
     try:
-        importlib.import_module(name)
+        module = importlib.import_module(name)
     except UserError as error:  # a registry refusing the plugin's parts: already one line
         raise PluginError(f"plugin {name}: {error}") from None
+    except SystemExit as stop:
+        raise PluginError(_exited(name, stop)) from None
     except ModuleNotFoundError as error:
         if error.name is not None and name.startswith(error.name):
             raise PluginError(f"plugin {name}: no such module (give an importable module or a path to a .py file)") from None
         raise PluginError(f"plugin {name} failed to import: {_one_line(error)}") from None
     except Exception as error:  # anything the plugin's own code raises while importing
         raise PluginError(f"plugin {name} failed to import: {_one_line(error)}") from None
+    if getattr(module, "__file__", None) is None and hasattr(module, "__path__"):  # a bare folder
+        raise PluginError(f"plugin {name}: a directory without __init__.py (a namespace package), which "
+                          "registers nothing; give an importable module or a path to a .py file")
     return name
 
 
 def _import_file(path: Path) -> str:
+    if path.is_dir():
+        raise PluginError(f"plugin {path} is a directory; give a module name (importable where mae-study "
+                          "runs) or a path to a .py file")
     if not path.is_file():
         raise PluginError(f"plugin {path}: no such file")
     # a name of its own per file, so two plugins called parts.py do not collide
@@ -106,6 +114,9 @@ def _import_file(path: Path) -> str:
     except UserError as error:
         del sys.modules[name]
         raise PluginError(f"plugin {path}: {error}") from None
+    except SystemExit as stop:
+        del sys.modules[name]
+        raise PluginError(_exited(str(path), stop)) from None
     except Exception as error:  # SyntaxError, ImportError, the plugin's own errors
         del sys.modules[name]
         raise PluginError(f"plugin {path} failed to import: {_one_line(error)}") from None
@@ -124,10 +135,19 @@ def _load_entry_points() -> None:
             point.load()
         except UserError as error:
             raise PluginError(f"plugin {point.value} (entry point {point.name}): {error}") from None
+        except SystemExit as stop:
+            raise PluginError(_exited(f"{point.value} (entry point {point.name})", stop)) from None
         except Exception as error:
             raise PluginError(f"plugin {point.value} (entry point {point.name}) failed to import: "
                               f"{_one_line(error)}") from None
         _entry_points.add(key)
+
+
+def _exited(plugin: str, stop: SystemExit) -> str:
+    """A plugin that calls ``sys.exit`` while importing: an error, never a quiet exit (status 0
+    having done nothing)."""
+    return (f"plugin {plugin} called sys.exit({stop.code!r}) while importing; a plugin registers its "
+            "parts and must not exit")
 
 
 def _one_line(error: BaseException) -> str:

@@ -293,7 +293,16 @@ def evaluator(name: str, *, metrics: Iterable = (), doc: str = "") -> Callable:
 def _array_loader(kind: str, fn: Callable) -> Callable:
     """``fn(path)``'s four arrays -> the :class:`~mae_core.formats.Splits` a built-in reader gives."""
     def load(path: Path, ram_bytes: int):
-        from .formats import array_splits
+        from .formats import DataError, array_splits
+        from .plugin_checks import call_part
 
-        return array_splits(fn(str(path)), f"dataset={kind}:{path}")
+        where = f"dataset={kind}:{path}"
+        try:
+            arrays = call_part(f"dataset={kind}", fn, str(path))
+        except UserError:
+            raise
+        except Exception as error:  # the plugin's reader failing on this file: one line, as a built-in's
+            raise DataError(f"{where}: the format's reader failed: {type(error).__name__}: "
+                            f"{' '.join(str(error).split())}") from None
+        return array_splits(arrays, where)
     return load

@@ -21,6 +21,7 @@ import torch
 
 from . import registry
 from .errors import UserError
+from .plugin_checks import target_result
 
 NORM_EPS = 1e-6  # He et al.'s reference code (models_mae.py, forward_loss)
 
@@ -123,7 +124,7 @@ def apply_target(patches: torch.Tensor, kind: str) -> torch.Tensor:
     entry = registry.targets.get(kind)
     if entry.domain_check is not None:
         entry.domain_check([patches], "these images")
-    return entry.function(patches)
+    return target_result(entry, patches)  # a plugin's result checked
 
 
 def __getattr__(name: str) -> Any:

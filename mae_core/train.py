@@ -45,10 +45,12 @@ from .augment import augment
 from .data import count_split_duplicates, load_dataset
 from .distributed import Shard, wrap_model
 from .images import DeviceImages, ImageStore
+from .labels import require_two_classes
 from .masking import sample_visible
 from .models import build_model
 from .objectives import masked_mse, reconstruction_mse
 from .patches import patchify
+from .plugin_checks import target_result
 from .precision import autocast, grad_scaler, resolve_precision
 
 
@@ -123,6 +125,10 @@ def prepare_data(config: Config) -> PatchData:
     duplicates = dataset.train_test_duplicates
     if duplicates and (config.train_limit is not None or config.test_limit is not None):
         duplicates = count_split_duplicates(train_images, test_images, also=also)  # among the images kept
+    if "probes" in config.eval.evaluators:  # one class: a perfect, meaningless probe accuracy
+        cut = config.train_limit is not None and config.train_limit < len(dataset.train_labels)
+        kept = f" (its first {config.train_limit} images, train_limit)" if cut else ""
+        require_two_classes(dataset.train_labels[limit], f"the training split{kept} of dataset={config.dataset}")
     for images, split in ((train_images, "training set"), (pretrain_images, "unlabelled set"),
                           (test_images, "test set")):
         if images is not None:
@@ -754,7 +760,7 @@ def batch_target(patches: torch.Tensor, kind: str) -> torch.Tensor:
     """``T(x_j)`` of a batch ``[B,M,q] -> [B,M,out_dim or q]``: the registered target's function
     without its domain check (:func:`prepare_data` checked every training image once, and a
     check per step would wait for the GPU every step)."""
-    return registry.targets.get(kind).function(patches)
+    return target_result(registry.targets.get(kind), patches)  # a plugin's result checked
 
 
 def changed_keys(config: Config, saved: dict[str, Any]) -> list[str]:

@@ -4,8 +4,9 @@
   trial through its cell id under the study's parent run; otherwise a new run is created
   (:func:`opened`: MLflow's fluent ``start_run`` with ``parent_run_id``, or by ``run_id``);
 * fresh or resume: :func:`checkpoint_for_train` decides what an existing checkpoint means;
-* the end: FINISHED, FAILED (diverged, with step and reason) or KILLED (interrupted, with the
-  signal), and a reopened run forgets that it was interrupted (``resumed_after`` keeps it);
+* the end: FINISHED, FAILED (diverged, with step and reason; or an error, such as a plugin's
+  broken rule, with its reason) or KILLED (interrupted, with the signal), and a reopened run
+  forgets that it was interrupted or failed (``resumed_after``, ``retried_after`` keep it);
 * checkpoints between Ray Tune and the trial's own folder (:class:`RayCheckpoints`).
 
 MLflow client calls, and the fluent active run of a working trial; Ray is imported where a Ray trial needs it.
@@ -124,9 +125,21 @@ def diverged(client: MlflowClient, run_id: str, step: int, reason: str) -> None:
     client.set_terminated(run_id, "FAILED")
 
 
+def failed(client: MlflowClient, run_id: str, error: Exception) -> None:
+    """FAILED, with the error as the ``failure_reason`` tag (one line: a plugin's broken rule,
+    :mod:`mae_core.plugin_checks`, reads as it was raised; anything else with its type first).
+    The run stays resumable from its checkpoint: Ray retries a failed trial and ``--resume``
+    continues it, both reopening the run (the reason kept as ``retried_after``)."""
+    text = " ".join(str(error).split())
+    reason = text if isinstance(error, UserError) else (f"{type(error).__name__}: {text}" if text
+                                                         else type(error).__name__)
+    tracking.set_tags(client, run_id, {"failure_reason": reason})
+    client.set_terminated(run_id, "FAILED")
+
+
 def interrupted(client: MlflowClient, run_id: str, error: BaseException, signal_name: str | None) -> None:
-    """KILLED, resumable from its checkpoint, with the signal (or for a crash, the error's type)
-    as the ``interrupted`` tag; Ray retries a crashed trial, which reopens the run."""
+    """KILLED, resumable from its checkpoint, with the signal as the ``interrupted`` tag (or, for
+    an exit that is no exception, such as Ray stopping the trial with ``SystemExit``, its type)."""
     signalled = isinstance(error, KeyboardInterrupt) and signal_name is not None
     tracking.set_tags(client, run_id, {"interrupted": signal_name if signalled else type(error).__name__})
     client.set_terminated(run_id, "KILLED")

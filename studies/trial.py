@@ -95,7 +95,9 @@ def run_trial(
     works its run is MLflow's active run, with system metrics; it logs the data splits as
     inputs and the trained encoder as a model (:mod:`studies.logged`). The evaluation layer measures the trained model
     (:func:`evaluation.evaluate_trial`; ``probes=False`` keeps to the risks). A diverging trial ends FAILED with ``failure_step`` and
-    ``failure_reason`` tags, and the error is re-raised. With ``interruption``, a first
+    ``failure_reason`` tags, and the error is re-raised; any other error (a plugin's part breaking
+    its rule, :mod:`mae_core.plugin_checks`; a crash) ends it FAILED with ``failure_reason``, and
+    is re-raised. With ``interruption``, a first
     SIGINT/SIGTERM during training stops after the current update with a checkpoint; an
     interrupted trial ends KILLED with the signal as its ``interrupted`` tag. ``baselines``: the
     study's shared baselines (:mod:`evaluation.baselines`); the ``baselines`` tag then says
@@ -157,7 +159,10 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
     except NonFiniteError as error:
         lifecycle.diverged(client, run_id, error.step, str(error))
         raise
-    except BaseException as error:  # interrupted: leave the run resumable, say why
+    except Exception as error:  # a plugin's broken rule (mae_core.plugin_checks), a crash: say why
+        lifecycle.failed(client, run_id, error)
+        raise
+    except BaseException as error:  # interrupted (a signal, Ray stopping the trial): resumable, say why
         lifecycle.interrupted(client, run_id, error, interruption and interruption.reason)
         raise
     if result.resumed_from is not None:
@@ -172,6 +177,9 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
             hold_for_tests(None)
         metrics = evaluate_trial(result.model, config, data, probes=probes, baselines=baselines)
         eval_seconds = time.perf_counter() - eval_started
+    except Exception as error:  # e.g. an evaluator's undeclared metric: FAILED with the reason
+        lifecycle.failed(client, run_id, error)
+        raise
     except BaseException as error:  # e.g. Ctrl-C during the probes: the checkpoint is final
         lifecycle.interrupted(client, run_id, error, interruption and interruption.reason)
         raise

@@ -13,7 +13,7 @@ from studies.trial import run_trial
 
 
 class Crash(Exception):
-    """Stands in for the process dying right after a checkpoint."""
+    """Stands in for the trial crashing right after a checkpoint."""
 
 
 def test_truncated_checkpoint_falls_back_to_previous_with_a_warning_in_the_run(tmp_path):
@@ -30,7 +30,7 @@ def test_truncated_checkpoint_falls_back_to_previous_with_a_warning_in_the_run(t
         run_trial(config, data, tracking_uri=uri, checkpoint_path=checkpoint, on_checkpoint=crash_at_20)
     client = MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("mae-study").experiment_id])
-    assert run.info.status == "KILLED"
+    assert run.info.status == "FAILED" and run.data.tags["failure_reason"] == "Crash"  # an error, not a signal
 
     checkpoint.write_bytes(checkpoint.read_bytes()[: checkpoint.stat().st_size // 2])  # crash mid-write
     outcome = run_trial(config, data, tracking_uri=uri, checkpoint_path=checkpoint)
@@ -40,6 +40,7 @@ def test_truncated_checkpoint_falls_back_to_previous_with_a_warning_in_the_run(t
     assert finished.info.status == "FINISHED"
     assert "cannot be read" in finished.data.tags["checkpoint_warning"]
     assert finished.data.tags["resumed_from_step"] == "10"
+    assert finished.data.tags["retried_after"] == "Crash" and "failure_reason" not in finished.data.tags
     steps = [m.step for m in client.get_metric_history(outcome.run_id, "train_loss")]
     assert sorted(steps) == list(range(5, 31, 5)), "no step lost, none logged twice"
 

@@ -31,6 +31,7 @@ def _json_safe(metrics: dict[str, float]) -> dict[str, float | None]:
 
 def _train(args: argparse.Namespace) -> tuple[int, dict[str, float] | None]:
     """Train and evaluate one config: (exit status, final metrics or None if interrupted)."""
+    from mae_core.errors import UserError
     from mae_core.train import NonFiniteError, prepare_data
 
     from ..study import SMOKE, SMOKE_EVAL
@@ -74,7 +75,7 @@ def _train(args: argparse.Namespace) -> tuple[int, dict[str, float] | None]:
                     on_progress=lambda step, m: progress.update(task, completed=step, loss=f"{m['train_loss']:.4f}"),
                     interruption=interruption,
                 )
-        except NonFiniteError as error:
+        except (NonFiniteError, UserError) as error:  # the run is recorded FAILED with this reason
             fail(str(error), status=1)
         except KeyboardInterrupt as stop:
             progress.stop()
