@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
+from ..study import check_study_name
 from .common import UsageError
 
 
@@ -48,8 +48,7 @@ def cmd_new_study(args: argparse.Namespace) -> int:
     """Write a commented study file to start from."""
     from ..study_files import write_template
 
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name):
-        raise UsageError(f"study name {args.name!r}: use letters, digits, '_', '-' and '.' only")
+    check_study_name(args.name, "study")
     path = write_template(args.name, Path.cwd())
     print(f"wrote {path}; next: mae-study run {path.name} --smoke")
     return 0
