@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mae_core.config import EVAL_PREFIX, Config, parse_value
-from mae_core.errors import UserError, shown
+from mae_core.errors import UserError, clipped, shown
 from mae_core.grid import Zipped, default_reference, find_cell, grid_cells, typed_value, zip_rows
 
 # Every study's trials: exact masked risk where |V_k| is at most 500, Monte Carlo with 64 masks
@@ -84,7 +84,7 @@ def check_distinct(key: str, values: list[Any], label: str) -> list[Any]:
     seen: set = set()
     for value in values:
         if _marker(key, value) in seen:
-            raise GridError(f"{label}: {key} {shown(value)} is given twice; give each value once")
+            raise GridError(f"{label}: {key} {shown(typed_value(key, value))} is given twice; give each value once")
         seen.add(_marker(key, value))
     return values
 
@@ -137,7 +137,7 @@ class Study:
                              f"are not its axes {sorted(keys)}")
         if find_cell(self.reference, self.axes, self.zipped) is None:
             grid = {**self.axes, **{k: v for group in self.zipped for k, v in group.items()}}
-            raise ValueError(f"study {self.name}: reference {self.reference} is not a cell of {grid}")
+            raise ValueError(f"study {self.name}: reference {shown(self.reference)} is not a cell of {shown(grid)}")
 
     def smoke(self) -> Study:
         """This study in smoke mode, resolved once, here: the smoke grid (``smoke_axes``,
@@ -177,7 +177,7 @@ class Study:
         zipped_keys = set().union(*self.zipped)
         for key, value in (overrides or {}).items():
             if key not in zipped_keys and (key in axes or is_axis_override(value)):
-                axes[key] = check_distinct(key, override_values(value), f"{key}={shown(value)}")
+                axes[key] = check_distinct(key, override_values(value), f"{key}={clipped(value)}")
         return axes
 
     def grid_zipped(self, overrides: dict[str, Any] | None = None) -> Zipped:
@@ -191,10 +191,10 @@ class Study:
                 values = override_values(overrides[key])
                 if len(values) not in (1, rows):
                     partners = ", ".join(k for k in group if k != key)
-                    raise GridError(f"{key}={overrides[key]}: {key} is zipped with {partners} "
+                    raise GridError(f"{key}={clipped(overrides[key])}: {key} is zipped with {partners} "
                                      f"({rows} values each); give one value or {rows}")
                 group[key] = values * rows if len(values) == 1 else values
-            overridden = [f"{key}={shown(overrides[key])}" for key in group if key in (overrides or {})]
+            overridden = [f"{key}={clipped(overrides[key])}" for key in group if key in (overrides or {})]
             if overridden:  # one value for every row can make two rows equal
                 check_distinct_rows(group, " ".join(overridden))
             groups.append(group)

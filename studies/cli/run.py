@@ -107,6 +107,10 @@ def _check_seed_flags(args: argparse.Namespace) -> None:
         raise UsageError(f"--max-seeds {args.max_seeds}: at least 2 seeds per cell")
     if args.seed_batch is not None and args.seed_batch < 1:
         raise UsageError(f"--seed-batch {args.seed_batch}: at least 1")
+    if args.add_seeds:  # malformed, repeated or too many seeds: refused before --out is touched
+        from ..seeds import parse_seeds
+
+        parse_seeds(args.add_seeds)
 
 
 
