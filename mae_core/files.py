@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from .errors import UserError
+
+
+# A study's name is a folder under --out and an MLflow tag: letters, digits, '_', '-' and '.',
+# not starting with '.' (no '..', no hidden folder). One pattern for every source of a name: a
+# study file's ``name:``, a file's stem, run, report (--paper too), evaluate and new-study
+# (studies.study.check_study_name).
+STUDY_NAME = r"[A-Za-z0-9_-][A-Za-z0-9_.-]*"
+NAME_RULE = "letters, digits, '_', '-' and '.' (not first)"
 
 
 class FolderNotWritable(UserError):
@@ -63,6 +72,7 @@ class _TooLarge(ValueError):
     """A YAML document that stands for too many values once its aliases are expanded."""
 
 
+@functools.cache
 def _bounded_loader():
     import yaml
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from mae_core.config import EVAL_PREFIX, Config, parse_value
 from mae_core.errors import UserError, clipped, shown
+from mae_core.files import NAME_RULE, STUDY_NAME
 from mae_core.grid import Zipped, default_reference, find_cell, grid_cells, typed_value, zip_rows
 
 # Every study's trials: exact masked risk where |V_k| is at most 500, Monte Carlo with 64 masks
@@ -42,16 +43,11 @@ class GridError(UserError):
     """An override or a search that does not fit the study's grid (one line naming the key)."""
 
 
-# A study's name is a folder under --out and an MLflow tag: letters, digits, '_', '-' and '.',
-# not starting with '.' (no '..', no hidden folder). One pattern for every source of a name: a
-# study file's ``name:``, a file's stem, the command line of run, report, evaluate and new-study.
-STUDY_NAME = r"[A-Za-z0-9_-][A-Za-z0-9_.-]*"
-NAME_RULE = "letters, digits, '_', '-' and '.' (not first)"
 SEED_LIMIT = 10_000  # seeds in one list (seeds=, a study file's seeds, --add-seeds): far past any study's need
 
 
 def check_study_name(name: str, where: str) -> str:
-    """``name`` when it matches :data:`STUDY_NAME`; else a GridError naming ``where`` it came from."""
+    """``name`` when it matches :data:`~mae_core.files.STUDY_NAME`; else a GridError naming ``where`` it came from."""
     if not isinstance(name, str) or not re.fullmatch(STUDY_NAME, name) or len(name) > 200:
         raise GridError(f"{where}: study name {shown(name)}: use {NAME_RULE}, at most 200 characters")
     return name

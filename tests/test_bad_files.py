@@ -141,7 +141,8 @@ def test_a_study_name_from_the_file_or_its_stem_is_a_safe_name(case, tmp_path, c
 
 @pytest.mark.parametrize("command", [["report", "..", "--out", "out"], ["report", ".x", "--out", "out"],
                                      ["report", "a/../b", "--out", "out"], ["evaluate", "..", "--out", "out"],
-                                     ["new-study", ".."], ["new-study", "../up"]])
+                                     ["report", "--paper", "..", "--out", "out"], ["new-study", ".."],
+                                     ["new-study", "../up"]])
 def test_report_evaluate_and_new_study_refuse_the_same_names(command, tmp_path, capsys):
     refused(*command, cwd=tmp_path, capsys=capsys, words=("study name", "letters, digits"))
 
