@@ -76,6 +76,8 @@ def unreadable_sqlite_store(tracking_uri: str) -> str | None:
             problems = [row[0] for row in db.execute("PRAGMA quick_check(1)")]
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.Error as error:
+        if "locked" in str(error) or "busy" in str(error):  # another command is writing it: not damage
+            return None
         return str(error).splitlines()[0] if str(error) else type(error).__name__
     if problems != ["ok"]:
         return f"damaged: {problems[0].splitlines()[0][:120]}"

@@ -290,7 +290,8 @@ def damaged_stores(store: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("command", [["report", "mask_ratio"], ["evaluate", "mask_ratio", "eval.knn_ks=5"],
-                                     ["report", "--paper", "mask_ratio"]])
+                                     ["report", "--paper", "mask_ratio"], ["run", "mask_ratio", "--smoke"],
+                                     ["train", "--smoke"]])
 def test_a_damaged_mlflow_db_is_one_line_naming_it(command, mlflow_store, tmp_path, capsys):
     for case, content in damaged_stores(mlflow_store).items():
         out = tmp_path / case

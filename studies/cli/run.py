@@ -26,6 +26,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-concurrent {args.max_concurrent}: must be at least 1")
     _check_workers(args.workers_per_trial, plan.cells, args.gpus_per_trial)
     root = writable_folder(Path(args.out), "--out")
+    from .common import check_readable_store
+
+    check_readable_store(args.tracking_uri or default_uri(root))  # one line, before the study's folder exists
     out = writable_folder(study_folder(root, study.name, args.smoke), "--out")
     options = RunOptions(
         out_dir=out, tracking_uri=args.tracking_uri or default_uri(root),
