@@ -79,9 +79,10 @@ def check_distinct(key: str, values: list[Any], label: str) -> list[Any]:
     repeated value would run the same cell twice and pool it as more seeds."""
     seen: set = set()
     for value in values:
-        if _marker(key, value) in seen:
+        marker = _marker(key, value)
+        if marker in seen:
             raise GridError(f"{label}: {key} {shown(typed_value(key, value))} is given twice; give each value once")
-        seen.add(_marker(key, value))
+        seen.add(marker)
     return values
 
 
