@@ -32,9 +32,12 @@ reference: {{mask_ratio: 0.75}}
 
 NAMELESS = STUDY.format(name="x").replace("name: x\n", "")  # the name comes from the file's stem
 
-# a 342-byte "billion laughs": nine levels of nine aliases stand for 9⁹ ≈ 3.9·10⁸ strings
-ALIAS_BOMB = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
-    f"{b}: &{b} [{','.join(['*' + a] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi"))
+# A "billion laughs" study file of under 518 bytes: nine levels of nine aliases make base.steps
+# stand for 9⁹ ≈ 3.9·10⁸ strings, which a message quoting the value would spell out in gigabytes.
+ALIAS_BOMB = ("name: bomb\naxes: {mask_ratio: [0.5]}\nsmoke:\n"
+              '  a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+              + "".join(f"  {b}: &{b} [{','.join(['*' + a] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi"))
+              + "base: {steps: *i}\n")
 
 
 @pytest.fixture(autouse=True)
