@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 from ..study import check_study_name
-from .common import UsageError
 
 
 def cmd_list(args: argparse.Namespace) -> int:
