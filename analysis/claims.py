@@ -43,13 +43,14 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from scipy import stats as sps
 from statsmodels.regression.mixed_linear_model import MixedLM
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
 from evaluation.metrics import METRICS
+from mae_core.errors import shown
 from mae_core.grid import find_cell, grid_cells, typed_value
 
 from .stats import FINISHED, cell_mask
@@ -82,11 +83,20 @@ class ClaimSpec(BaseModel):
     metric: str
     kind: Literal["vs_reference", "peak", "trend", "vs_baseline"]
     direction: Literal["better", "worse", "two-sided"] = "better"
-    delta: float | None = Field(None, gt=0)  # smallest effect of interest; None: the metric table's
+    # the smallest effect of interest, a finite positive number (true is no number); None: the metric table's
+    delta: float | None = Field(None, gt=0, allow_inf_nan=False)
     cells: list[dict[str, Any]] | None = None  # vs_reference / vs_baseline: the cells compared
     cell: dict[str, Any] | None = None  # peak: the cell claimed to beat every other
     axis: str | None = None  # trend: the axis (default: the grid's only axis); peak: compare along it only
     baseline: str | None = None  # vs_baseline: the baseline's metric (default: the metric's random init)
+
+    @field_validator("delta", mode="before")
+    @classmethod
+    def _number_not_boolean(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # YAML's true is Python's True, which pydantic would take as 1.0
+            raise ValueError(f"{str(value).lower()} is not a number; give the smallest effect of interest "
+                             "in the metric's units (accuracies: 0.01)")
+        return value
 
 
 def _spec_problem(error: ValidationError, number: int) -> str:
@@ -96,7 +106,7 @@ def _spec_problem(error: ValidationError, number: int) -> str:
         return f"claims[{number}]: unknown key {key!r}; allowed: {', '.join(ClaimSpec.model_fields)}"
     if problem["type"] == "missing":
         return f"claims[{number}].{key}: required"
-    return f"claims[{number}].{key}: {problem['msg']}"
+    return f"claims[{number}].{key}: {problem['msg'].removeprefix('Value error, ')}"
 
 
 def check_claims(raw: Any, axes: dict[str, list[Any]], zipped: tuple = (),
@@ -150,15 +160,21 @@ def _complete(spec: ClaimSpec, where: str, grid: list[dict], varied: list[str], 
     if delta is None:
         raise ValueError(f"{where}.delta: {spec.metric} has no default smallest effect of interest "
                          f"(its scale depends on the target and data); give delta in its units")
+    bounds = METRICS[spec.metric].bounds
+    if bounds is not None and delta >= bounds[1] - bounds[0]:
+        low, high = bounds
+        raise ValueError(f"{where}.delta: {delta:g} is not below the range of {spec.metric} ({low:g} to {high:g}): "
+                         f"no difference could exceed it, so every claim would be equivalent; "
+                         f"give a delta below {high - low:g} (accuracies: 0.01 is one point)")
 
     def full(cell: dict[str, Any], key: str) -> dict[str, Any]:
         unknown = [k for k in cell if k not in varied]
         if unknown:
-            raise ValueError(f"{where}.{key}: {unknown[0]!r} is not varied by the study (varied: "
+            raise ValueError(f"{where}.{key}: {shown(unknown[0])} is not varied by the study (varied: "
                              f"{', '.join(varied) or 'nothing'})")
         found = find_cell({**reference, **cell}, axes, zipped)
         if found is None:
-            raise ValueError(f"{where}.{key}: {cell} is not a cell of the study's grid")
+            raise ValueError(f"{where}.{key}: {shown(cell)} is not a cell of the study's grid")
         return {k: typed_value(k, v) for k, v in found.items()}
 
     claim: dict[str, Any] = {"name": spec.name, "metric": spec.metric, "kind": spec.kind,
@@ -201,12 +217,18 @@ def _complete(spec: ClaimSpec, where: str, grid: list[dict], varied: list[str], 
             raise ValueError(f"{where}.axis: name the axis of the trend (axes: {', '.join(axes) or 'none'})")
         if len(axes[axis]) < 2:
             raise ValueError(f"{where}.axis: {axis} has one value; a trend needs at least two")
-        try:
-            values = sorted(axes[axis])
-        except TypeError:
-            values = list(axes[axis])  # unordered values: the file's order is the trend's
-        claim.update(axis=axis, cells=[full({axis: v}, "axis") for v in values])
+        claim.update(axis=axis, cells=[full({axis: v}, "axis") for v in trend_order(axis, axes[axis])])
     return claim
+
+
+def trend_order(axis: str, values: list[Any]) -> list[Any]:
+    """The steps of a trend along ``axis``: numbers ascending, as the config types them ("10"
+    after "9", not before); any other values (text, true/false) in the order the study declares
+    them, which is the order its author means (``target: [pixels, hog, clip]``), never alphabetical."""
+    numbers = [typed_value(axis, value) for value in values]
+    if all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in numbers):
+        return [value for _, value in sorted(zip(numbers, values), key=lambda pair: pair[0])]
+    return list(values)
 
 
 def cell_text(cell: dict[str, Any]) -> str:

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mae_core import files
+from mae_core.errors import clipped
 from mae_core.files import FolderNotWritable, writable_folder
 
 from . import figures, paper_table
@@ -28,7 +30,7 @@ from .paper_table import tex
 from .report import figure_caption, study_reference
 from .trials_file import FindStudy, load_trials
 
-STUDY_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+STUDY_NAME = re.compile(files.STUDY_NAME)  # the one pattern run, report and evaluate take
 FIGURE5 = "mask_ratio"  # the file stem of MAE Figure 5's counterpart
 FIGURE5_METRICS = ("finetune_acc", "probe_linear_acc")  # MAE Figure 5: fine-tuning above, linear below
 
@@ -68,7 +70,7 @@ def parse_sources(items: Sequence[str], default_uri: str) -> list[StudySource]:
     for item in items:
         study, sep, store = item.partition("=")
         if not STUDY_NAME.fullmatch(study):
-            raise ReportError(f"--paper {item}: a study name uses letters, digits, '_', '-' and '.' only")
+            raise ReportError(f"--paper {clipped(item)}: a study name uses {files.NAME_RULE}")
         if sep and not store:
             raise ReportError(f"--paper {item}: name a store after '=' (a tracking URI, an mlflow.db or its folder)")
         if sep and (trials := _trials_file(store)):

@@ -50,8 +50,13 @@ class Metric:
     column_rank: int = 0  # the columns' order (MAE Table 1: fine-tuning first)
     table_row: str | None = None  # a reference's row under that table (analysis.labels.BASELINE_ROWS)
     figure: str | None = None  # a report figure it is a panel of ("probes": analysis.report.PROBE_PANELS)
+    # The values it can take (low, high), where the unit bounds them: a fraction lies in [0, 1].
+    # None: unbounded (a risk in target units). A claim's delta on it is below high - low.
+    bounds: tuple[float, float] | None = None
 
     def __post_init__(self):
+        if self.bounds is None and self.unit == "fraction":
+            object.__setattr__(self, "bounds", (0.0, 1.0))
         if not self.logged_by:
             by_kind = {"risk": "risks", "baseline": "risks", "diagnostic": "risks",
                        "downstream": "probes", "reference": "probes"}

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationErr
 from pydantic.fields import FieldInfo
 
 from . import registry
-from .errors import UserError, first_problem
+from .errors import UserError, first_problem, shown
 
 # torch.compile costs 40-60 s on a cold cache (5 s warm) and saved about 10% of a step on the
 # digits model and more on larger ones (``mae-study bench``: compile_break_even_steps); from
@@ -53,12 +53,12 @@ def _one_line(error: ValidationError) -> str:
             allowed = ", ".join(f"{EVAL_PREFIX}.{name}" for name in sorted(EvalConfig.model_fields))
         else:
             allowed = ", ".join(sorted(Config.model_fields))
-        return f"unknown key {key!r}; known keys: {allowed}"
+        return f"unknown key {shown(key)}; known keys: {allowed}"
     if key == EVAL_PREFIX:  # a consistency check of EvalConfig: its message names the keys
         return message
     if kind == "literal_error" or key == "config":
         return f"{key}: {message}" if key != "config" else message
-    return f"{key}={value!r}: {message}"
+    return f"{key}={shown(value)}: {message}"
 
 
 EVAL_PREFIX = "eval"  # ``eval.fewshot=4`` on the command line, ``eval: {fewshot: 4}`` in YAML
@@ -602,7 +602,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"expected key=value, got {pair!r}")
+            raise ConfigError(f"expected key=value, got {shown(pair)}")
         keys[key.strip()] = parse_value(value)
     return keys
 

@@ -30,3 +30,25 @@ def first_problem(error: ValidationError) -> Problem:
 
 class UserError(ValueError):
     """Bad input: printed as one line, exit status 2."""
+
+
+SHOWN_CHARS = 60  # the most of a user's value a one-line message repeats
+
+
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` for a one-line message, cut to about ``limit`` characters: a long value
+    (a huge list, a YAML alias expanded a billion times) is never spelled out. ``reprlib``
+    walks only as much of a nested value as it shows, so a shared or huge one costs nothing."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxlevel, short.maxdict, short.maxlist, short.maxtuple, short.maxset = 3, 4, 6, 6, 6
+    short.maxstring = short.maxother = short.maxlong = limit
+    text = short.repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def clipped(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` as typed (no quotes), cut to ``limit`` characters for a one-line message."""
+    text = str(text)
+    return text if len(text) <= limit else text[:limit - 1] + "…"

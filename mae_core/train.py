@@ -231,12 +231,21 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+CHECKPOINT_KEYS = ("step", "model", "config")  # what every checkpoint save_checkpoint writes holds
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load with ``weights_only=True``; raise :class:`CheckpointError` if the file is damaged."""
+    """Load with ``weights_only=True``; raise :class:`CheckpointError` (one line naming the file)
+    if the file is damaged or is not a checkpoint this trainer wrote."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # a truncated zip raises several different types
-        raise CheckpointError(f"checkpoint {path} cannot be read: {error}") from error
+        reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"checkpoint {path} cannot be read: {reason}") from error
+    if not isinstance(state, dict) or any(key not in state for key in CHECKPOINT_KEYS):
+        raise CheckpointError(f"checkpoint {path} cannot be read: not a checkpoint mae-study wrote "
+                              f"(a mapping with {', '.join(CHECKPOINT_KEYS)})")
+    return state
 
 
 def load_latest_checkpoint(path: Path) -> tuple[dict[str, Any] | None, list[str]]:

@@ -87,8 +87,10 @@ def checkpoint_for_train(path: Path, config: Config, tracking_uri: str, *, resum
     overwritten (that would lose the user's work), while one of a finished run is removed (it is
     kept as that run's MLflow artifact) and training starts afresh.
     """
-    state, _ = load_latest_checkpoint(path)
+    state, damaged = load_latest_checkpoint(path)
     if resume:
+        if state is None and damaged:  # the files are there, but neither reads: name them and why
+            raise UserError(f"--resume: {'; '.join(damaged)}; run without --resume to start again")
         if state is None:
             raise UserError(f"--resume: no readable checkpoint at {path}; run without --resume to start")
         changed = changed_keys(config, state["config"])
@@ -197,9 +199,27 @@ def _copy_checkpoints(source: Path, destination: Path) -> None:
 STATE_FILE = "study.json"  # in the study's output folder: parent run id, Ray folder, grid
 
 
+class StateFileError(UserError):
+    """A study.json that cannot be read (one line naming it)."""
+
+
 def load_state(out_dir: Path) -> dict[str, Any] | None:
+    """The study's saved state (None: no study.json); a damaged or truncated file is a
+    StateFileError naming it, not a traceback."""
     path = out_dir / STATE_FILE
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        state = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise StateFileError(f"{path}: damaged, not the JSON mae-study run writes ({type(error).__name__}); "
+                             f"restore it, or move {out_dir} away to start the study afresh") from None
+    except OSError as error:
+        raise StateFileError(f"{path}: cannot be read ({error.strerror or error})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("cells"), list):
+        raise StateFileError(f"{path}: not a study state written by mae-study run (a JSON object with its "
+                             f"parent run and cells); restore it, or move {out_dir} away to start the study afresh")
+    return state
 
 
 def save_state(out_dir: Path, state: dict[str, Any]) -> None:

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from mae_core.config import Config
-from mae_core.errors import UserError
+from mae_core.errors import UserError, clipped
 from mae_core.train import prepare_data
 
 from . import tracking
 from .search import SearchSpec
-from .study import Study, cell_id, without_keys, zip_space_key
+from .study import Study, cell_id, parse_seed_list, without_keys, zip_space_key
 
 BASELINES_DIR = "baselines"  # in the study's output folder: one JSON per shared set (evaluation.baselines)
 
@@ -78,7 +78,7 @@ def plan_study(study: Study, *, smoke: bool, overrides: dict[str, Any],
     Smoke mode is resolved here, once (:meth:`Study.smoke`): the plan's study is the one that runs."""
     overrides = dict(overrides)  # the caller's dict is left as it was
     seeds = overrides.pop("seeds", None)
-    seed_values = tuple(int(s) for s in str(seeds).split(",")) if seeds is not None else None
+    seed_values = tuple(parse_seed_list(seeds, f"seeds={clipped(seeds)}")) if seeds is not None else None
     if search is not None:
         study = without_keys(study, set(search.space))
     study = study.smoke() if smoke else study

@@ -17,15 +17,14 @@ cell held at every look), which a report replays.
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import replace
 from typing import Any
 
-from mae_core.errors import UserError
+from mae_core.errors import UserError, clipped
 
 from .runner import RunOptions, StudyPlan, load_state, run_study, save_state
-from .study import cell_id
+from .study import cell_id, parse_seed_list
 
 LOOKS_TAG = "sequential_looks"
 ADDED_TAG = "seeds_added_outside_plan"
@@ -36,15 +35,12 @@ class SeedsError(UserError):
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``5-9`` or ``5,6,7`` (or a mix: ``5-7,12``) -> the seeds, ascending; one line when malformed."""
-    seeds: set[int] = set()
-    for part in text.split(","):
-        match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
-        if not match or (match[2] is not None and int(match[2]) < int(match[1])):
-            raise SeedsError(f"--add-seeds {text}: give seeds as 5-9 or 5,6,7 (non-negative, ranges ascending)")
-        low = int(match[1])
-        seeds.update(range(low, int(match[2] or low) + 1))
-    return sorted(seeds)
+    """``5-9`` or ``5,6,7`` (or a mix: ``5-7,12``) -> the seeds, ascending; one line when
+    malformed, repeated or past :data:`~studies.study.SEED_LIMIT` (:func:`~studies.study.parse_seed_list`)."""
+    try:
+        return sorted(parse_seed_list(text, f"--add-seeds {clipped(text)}"))
+    except UserError as error:
+        raise SeedsError(str(error)) from None
 
 
 def varied_keys(plan: StudyPlan) -> list[str]:

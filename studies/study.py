@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mae_core.config import EVAL_PREFIX, Config, parse_value
-from mae_core.errors import UserError
-from mae_core.grid import Zipped, default_reference, find_cell, grid_cells, typed_value
+from mae_core.errors import UserError, clipped, shown
+from mae_core.files import NAME_RULE, STUDY_NAME
+from mae_core.grid import Zipped, default_reference, find_cell, grid_cells, typed_value, zip_rows
 
 # Every study's trials: exact masked risk where |V_k| is at most 500, Monte Carlo with 64 masks
 # per test image (and its standard error) above, so evaluation stays a few seconds per trial.
@@ -39,6 +41,66 @@ SMOKE_FINETUNE_STEPS = 20  # a study that fine-tunes does so for at most this ma
 
 class GridError(UserError):
     """An override or a search that does not fit the study's grid (one line naming the key)."""
+
+
+SEED_LIMIT = 10_000  # seeds in one list (seeds=, a study file's seeds, --add-seeds): far past any study's need
+
+
+def check_study_name(name: str, where: str) -> str:
+    """``name`` when it matches :data:`~mae_core.files.STUDY_NAME`; else a GridError naming ``where`` it came from."""
+    if not isinstance(name, str) or not re.fullmatch(STUDY_NAME, name) or len(name) > 200:
+        raise GridError(f"{where}: study name {shown(name)}: use {NAME_RULE}, at most 200 characters")
+    return name
+
+
+def parse_seed_list(text: str, label: str) -> list[int]:
+    """``5-9``, ``5,6,7`` or a mix (``5-7,12``) -> the seeds in the order given. One line naming
+    ``label`` (``seeds=...``, ``--add-seeds ...``) when malformed, when a seed repeats, or past
+    :data:`SEED_LIMIT` seeds (counted from the ranges' ends, before any list is built)."""
+    parts = [re.fullmatch(r"\s*(\d{1,18})\s*(?:-\s*(\d{1,18})\s*)?", part) for part in str(text).split(",")]
+    if not all(parts) or any(m[2] is not None and int(m[2]) < int(m[1]) for m in parts):
+        raise GridError(f"{label}: give seeds as 5-9 or 5,6,7 (non-negative integers, ranges ascending)")
+    count = sum(int(m[2] or m[1]) - int(m[1]) + 1 for m in parts)
+    if count > SEED_LIMIT:
+        raise GridError(f"{label}: {count} seeds; at most {SEED_LIMIT} in one list")
+    seeds = [seed for m in parts for seed in range(int(m[1]), int(m[2] or m[1]) + 1)]
+    return check_distinct("seed", seeds, label)
+
+
+def check_seeds(seeds: list[int], label: str) -> list[int]:
+    """A list of seeds as given (a study file's ``seeds:``): at most :data:`SEED_LIMIT`, each once."""
+    if len(seeds) > SEED_LIMIT:
+        raise GridError(f"{label}: {len(seeds)} seeds; at most {SEED_LIMIT} in one list")
+    return check_distinct("seed", seeds, label)
+
+
+def check_distinct(key: str, values: list[Any], label: str) -> list[Any]:
+    """``values`` of ``key`` when no two are the same config value ("0.5" and 0.50 are); a
+    repeated value would run the same cell twice and pool it as more seeds."""
+    seen: set = set()
+    for value in values:
+        marker = _marker(key, value)
+        if marker in seen:
+            raise GridError(f"{label}: {key} {shown(typed_value(key, value))} is given twice; give each value once")
+        seen.add(marker)
+    return values
+
+
+def check_distinct_rows(group: dict[str, list[Any]], label: str) -> dict[str, list[Any]]:
+    """A zipped group whose rows differ (two equal rows would run one cell twice)."""
+    seen: set = set()
+    for number, row in enumerate(zip_rows(group)):
+        marker = tuple(_marker(key, value) for key, value in row.items())
+        if marker in seen:
+            raise GridError(f"{label}: row {number + 1} ({shown(row)}) repeats an earlier row; give each row once")
+        seen.add(marker)
+    return group
+
+
+def _marker(key: str, value: Any):
+    """What two values of ``key`` share when they are the same config value (1 and True differ)."""
+    typed = typed_value(key, value)
+    return (type(typed).__name__, typed) if isinstance(typed, (bool, int, float, str)) else repr(typed)
 
 
 @dataclass(frozen=True)
@@ -72,7 +134,7 @@ class Study:
                              f"are not its axes {sorted(keys)}")
         if find_cell(self.reference, self.axes, self.zipped) is None:
             grid = {**self.axes, **{k: v for group in self.zipped for k, v in group.items()}}
-            raise ValueError(f"study {self.name}: reference {self.reference} is not a cell of {grid}")
+            raise ValueError(f"study {self.name}: reference {shown(self.reference)} is not a cell of {shown(grid)}")
 
     def smoke(self) -> Study:
         """This study in smoke mode, resolved once, here: the smoke grid (``smoke_axes``,
@@ -112,7 +174,7 @@ class Study:
         zipped_keys = set().union(*self.zipped)
         for key, value in (overrides or {}).items():
             if key not in zipped_keys and (key in axes or is_axis_override(value)):
-                axes[key] = override_values(value)
+                axes[key] = check_distinct(key, override_values(value), f"{key}={clipped(value)}")
         return axes
 
     def grid_zipped(self, overrides: dict[str, Any] | None = None) -> Zipped:
@@ -126,9 +188,12 @@ class Study:
                 values = override_values(overrides[key])
                 if len(values) not in (1, rows):
                     partners = ", ".join(k for k in group if k != key)
-                    raise GridError(f"{key}={overrides[key]}: {key} is zipped with {partners} "
+                    raise GridError(f"{key}={clipped(overrides[key])}: {key} is zipped with {partners} "
                                      f"({rows} values each); give one value or {rows}")
                 group[key] = values * rows if len(values) == 1 else values
+            overridden = [f"{key}={clipped(overrides[key])}" for key in group if key in (overrides or {})]
+            if overridden:  # one value for every row can make two rows equal
+                check_distinct_rows(group, " ".join(overridden))
             groups.append(group)
         return tuple(groups)
 

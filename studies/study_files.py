@@ -42,7 +42,7 @@ from mae_core.files import read_yaml_mapping
 from analysis.claims import check_claims
 
 from .search import DEFAULT_METRIC, DEFAULT_SAMPLES, SearchError, check_space, make_search
-from .study import Study
+from .study import GridError, Study, check_distinct, check_distinct_rows, check_seeds, check_study_name
 
 BUILTIN_FOLDER = Path(__file__).resolve().parent / "builtin"
 SUFFIXES = (".yaml", ".yml")
@@ -68,7 +68,7 @@ class StudyFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str | None = None  # checked by studies.study.check_study_name, as a name from the file's stem is
     paper: str = ""
     doc: str = ""
     base: dict[str, Any] = {}
@@ -116,6 +116,7 @@ def load_study_file(path: str | Path) -> Study:
         spec = StudyFile(**read_yaml(path))
     except ValidationError as error:
         raise StudyFileError(f"{path}: {_one_line(error)}") from None
+    name = _study_name(path, spec.name)
     _load_plugins(path, spec.plugins)
     zipped = _zip_groups(path, "zip", spec.zip)
     smoke_zipped = _zip_groups(path, "smoke_zip", spec.smoke_zip) if spec.smoke_zip is not None else None
@@ -123,10 +124,7 @@ def load_study_file(path: str | Path) -> Study:
     if not spec.axes and not zipped and not search:
         raise StudyFileError(f"{path}: axes: required (name at least one key with its values), "
                              "unless zip or search varies something")
-    for where, axes in (("axes", spec.axes or {}), ("smoke_axes", spec.smoke_axes or {})):
-        for key, values in axes.items():
-            if not values:
-                raise StudyFileError(f"{path}: {where}.{key}: an axis needs at least one value")
+    _check_distinct(path, spec, zipped, smoke_zipped)
     for where, axes, groups in (("zip", spec.axes or {}, zipped),
                                 ("smoke_zip", spec.smoke_axes or spec.axes or {},
                                  smoke_zipped if smoke_zipped is not None else zipped)):
@@ -136,7 +134,7 @@ def load_study_file(path: str | Path) -> Study:
     for key in varied & set((search or {}).get("space", {})):
         raise StudyFileError(f"{path}: search.space.{key}: also an axis or zipped; a key is varied one way")
     try:
-        study = Study(name=spec.name or path.stem, paper=spec.paper, doc=spec.doc or spec.paper,
+        study = Study(name=name, paper=spec.paper, doc=spec.doc or spec.paper,
                       base=spec.base, axes=spec.axes or {}, seeds=tuple(spec.seeds), smoke_keys=spec.smoke,
                       smoke_axes=spec.smoke_axes, evaluation=spec.eval, reference=spec.reference,
                       zipped=zipped, smoke_zipped=smoke_zipped, search=search,
@@ -153,6 +151,32 @@ def load_study_file(path: str | Path) -> Study:
     except (ConfigError, ValueError) as error:
         raise StudyFileError(f"{path}: {error}") from None
     return study
+
+
+def _study_name(path: Path, name: str | None) -> str:
+    """The file's ``name:``, else its stem; either must be a safe name (a folder under --out)."""
+    try:
+        return check_study_name(name if name is not None else path.stem,
+                                "name" if name is not None else "its file name (add a name: key)")
+    except GridError as error:
+        raise StudyFileError(f"{path}: {error}") from None
+
+
+def _check_distinct(path: Path, spec: StudyFile, zipped, smoke_zipped) -> None:
+    """Each axis value, zipped row and seed given once (a repeat would run one cell twice and
+    pool it as more seeds); every axis with at least one value."""
+    try:
+        check_seeds(spec.seeds, "seeds")
+        for where, axes in (("axes", spec.axes or {}), ("smoke_axes", spec.smoke_axes or {})):
+            for key, values in axes.items():
+                if not values:
+                    raise StudyFileError(f"{path}: {where}.{key}: an axis needs at least one value")
+                check_distinct(key, values, f"{where}.{key}")
+        for where, groups in (("zip", zipped), ("smoke_zip", smoke_zipped or ())):
+            for number, group in enumerate(groups):
+                check_distinct_rows(group, where if len(groups) == 1 else f"{where}[{number}]")
+    except GridError as error:
+        raise StudyFileError(f"{path}: {error}") from None
 
 
 def _load_plugins(path: Path, specs: list[str]) -> None:

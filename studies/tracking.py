@@ -61,6 +61,31 @@ def missing_sqlite_store(tracking_uri: str) -> Path | None:
     return store if store is not None and not store.is_file() else None
 
 
+def unreadable_sqlite_store(tracking_uri: str) -> str | None:
+    """Why the SQLite file ``tracking_uri`` names cannot be read as an MLflow store (not a
+    database, damaged or truncated, another program's database); None when it can, when it does
+    not exist, or for a server. Read-only: a reader never creates or migrates a store."""
+    import contextlib
+    import sqlite3
+
+    store = sqlite_path(tracking_uri)
+    if store is None or not store.is_file():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"{store.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            problems = [row[0] for row in db.execute("PRAGMA quick_check(1)")]
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as error:
+        if "locked" in str(error) or "busy" in str(error):  # another command is writing it: not damage
+            return None
+        return str(error).splitlines()[0] if str(error) else type(error).__name__
+    if problems != ["ok"]:
+        return f"damaged: {problems[0].splitlines()[0][:120]}"
+    if not {"runs", "experiments"} <= tables:
+        return "no runs or experiments table: another program's database"
+    return None
+
+
 def default_artifact_root(tracking_uri: str) -> str | None:
     """Beside the SQLite file (``mlartifacts/``), as an absolute path; None for a server."""
     store = sqlite_path(tracking_uri)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
-from .common import UsageError
+from ..study import check_study_name
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -48,8 +47,7 @@ def cmd_new_study(args: argparse.Namespace) -> int:
     """Write a commented study file to start from."""
     from ..study_files import write_template
 
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name):
-        raise UsageError(f"study name {args.name!r}: use letters, digits, '_', '-' and '.' only")
+    check_study_name(args.name, "study")
     path = write_template(args.name, Path.cwd())
     print(f"wrote {path}; next: mae-study run {path.name} --smoke")
     return 0

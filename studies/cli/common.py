@@ -73,8 +73,29 @@ def same_command(args: argparse.Namespace, *, resume: bool) -> str:
 
 def study_folder(root: Path, study: str, smoke: bool) -> Path:
     """A study's own folder under ``--out``: its ``study.json``, Ray's state (``ray/``) and its
-    report (``report/``); smoke runs apart (``STUDY-smoke``), so they never meet a full run's state."""
-    return root / (study + ("-smoke" if smoke else ""))
+    report (``report/``); smoke runs apart (``STUDY-smoke``), so they never meet a full run's state.
+    The name must be a safe study name, and the folder, resolved (links followed), a folder
+    inside ``--out``: nothing a name spells is written or read outside it."""
+    from ..study import check_study_name
+
+    check_study_name(study, "study folder")
+    folder = root / (study + ("-smoke" if smoke else ""))
+    inside = root.resolve()
+    if inside not in folder.resolve().parents:
+        raise UsageError(f"study {study}: its folder {folder} resolves to {folder.resolve()}, outside --out {inside}")
+    return folder
+
+
+
+def check_readable_store(tracking_uri: str) -> None:
+    """One line naming the SQLite file when ``tracking_uri``'s store exists but cannot be read
+    (garbage, truncated, another database), before MLflow opens it (its traceback runs 17-84 lines)."""
+    from ..tracking import sqlite_path, unreadable_sqlite_store
+
+    problem = unreadable_sqlite_store(tracking_uri)
+    if problem is not None:
+        raise UsageError(f"{sqlite_path(tracking_uri)}: cannot be read as an MLflow store ({problem}); "
+                         "restore it from a copy, or name another with --tracking-uri")
 
 
 

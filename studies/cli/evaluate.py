@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import re
 import shlex
 import sys
 from pathlib import Path
 
-from .common import UsageError, default_uri, report_command, same_command, study_folder, ui_command
+from ..study import check_study_name
+from .common import (UsageError, check_readable_store, default_uri, report_command, same_command, study_folder,
+                     ui_command)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -18,8 +19,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         args.overrides, args.study = [args.study, *args.overrides], None
     if (args.study is None) == (args.run is None):
         raise UsageError("evaluate needs a STUDY or --run RUN_ID (one of them)")
-    if args.study is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", args.study):
-        raise UsageError(f"study name {args.study!r}: use letters, digits, '_', '-' and '.' only")
+    if args.study is not None:
+        check_study_name(args.study, "study")
     from ..reevaluate import eval_overrides
 
     overrides = eval_overrides(args.overrides)
@@ -30,6 +31,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     store = tracking.missing_sqlite_store(tracking_uri)
     if store is not None:
         raise UsageError(f"nothing to evaluate: no MLflow store at {store} (--out is the folder `mae-study run --out` wrote)")
+    check_readable_store(tracking_uri)
     import tempfile
 
     from mlflow.tracking import MlflowClient

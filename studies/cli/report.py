@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import re
 import shlex
 import sys
 from pathlib import Path
 
-from .common import UsageError, default_uri, study_folder, ui_command, writable_folder
+from ..study import check_study_name
+from .common import UsageError, check_readable_store, default_uri, study_folder, ui_command, writable_folder
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -21,8 +21,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return _report_paper(args)
     if args.study is None:
         raise UsageError("report needs a STUDY (or --paper STUDY[=STORE] ... for MAE Table 1 over several)")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.study):
-        raise UsageError(f"study name {args.study!r}: use letters, digits, '_', '-' and '.' only")
+    check_study_name(args.study, "study")
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
     bad = [f for f in formats if f not in ("png", "pdf", "svg")]
     if bad or not formats:
@@ -38,6 +37,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                 if older.is_file() and older != store else "")
         raise UsageError(f"no runs of study {args.study}: no MLflow store at {store} (--out is the folder "
                          f"`mae-study run --out` wrote, the report's own folder is --report-dir){hint}")
+    check_readable_store(tracking_uri)
     old_claims = _old_claims(args.compare) if args.compare else None
     # made by write_report once the run is found: a refused report leaves no folder behind
     out = Path(args.report_dir) if args.report_dir else study_folder(root, args.study, args.smoke) / "report"
@@ -51,15 +51,32 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 
+COMPARED_COLUMNS = {"claim": "text", "cell": "text", "verdict": "text", "n": "number", "effect": "number",
+                    "ci_low": "number", "ci_high": "number"}  # what --compare reads of an old claims.csv
+
+
 def _old_claims(folder: str):
-    """The claims.csv of an earlier report (checked before anything is written)."""
+    """The claims.csv of an earlier report (checked before anything is written): a table with
+    :data:`COMPARED_COLUMNS`, ``n`` a count on every row; one line naming the file otherwise."""
     import pandas as pd
 
     path = Path(folder) / "claims.csv"
     if not path.is_file():
         raise UsageError(f"--compare {folder}: no claims.csv there (a report folder written by mae-study report)")
-    return pd.read_csv(path)
-
+    what = f"--compare {path}: not a claims.csv written by mae-study report"
+    try:
+        old = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as error:
+        raise UsageError(f"{what} ({type(error).__name__})") from None
+    missing = [column for column in COMPARED_COLUMNS if column not in old]
+    if missing:
+        raise UsageError(f"{what} (no column {', '.join(missing)})")
+    for column, kind in COMPARED_COLUMNS.items():
+        if kind == "number":
+            old[column] = pd.to_numeric(old[column], errors="coerce")
+    if old["n"].isna().any() or (old["n"] < 0).any():
+        raise UsageError(f"{what} (column n: a count of seeds on every row)")
+    return old
 
 
 def _print_claim_changes(out: Path, old, old_folder: str) -> None:
@@ -95,6 +112,7 @@ def _report_paper(args: argparse.Namespace) -> int:
         if store is not None:
             raise UsageError(f"no runs of study {source.study}: no MLflow store at {store} "
                              f"(give it as {source.study}=STORE, or pass --tracking-uri)")
+        check_readable_store(source.tracking_uri)
     out = writable_folder(Path(args.report_dir) if args.report_dir else Path(args.out) / "paper", "--report-dir")
     from ..registry import get_study
 

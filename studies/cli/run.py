@@ -26,6 +26,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-concurrent {args.max_concurrent}: must be at least 1")
     _check_workers(args.workers_per_trial, plan.cells, args.gpus_per_trial)
     root = writable_folder(Path(args.out), "--out")
+    from .common import check_readable_store
+
+    check_readable_store(args.tracking_uri or default_uri(root))  # one line, before the study's folder exists
     out = writable_folder(study_folder(root, study.name, args.smoke), "--out")
     options = RunOptions(
         out_dir=out, tracking_uri=args.tracking_uri or default_uri(root),
@@ -107,6 +110,10 @@ def _check_seed_flags(args: argparse.Namespace) -> None:
         raise UsageError(f"--max-seeds {args.max_seeds}: at least 2 seeds per cell")
     if args.seed_batch is not None and args.seed_batch < 1:
         raise UsageError(f"--seed-batch {args.seed_batch}: at least 1")
+    if args.add_seeds:  # malformed, repeated or too many seeds: refused before --out is touched
+        from ..seeds import parse_seeds
+
+        parse_seeds(args.add_seeds)
 
 
 

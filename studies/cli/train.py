@@ -9,7 +9,7 @@ import sys
 from contextlib import nullcontext, redirect_stdout
 from pathlib import Path
 
-from .common import default_uri, fail, resolve_config, same_command, ui_command, writable_folder
+from .common import check_readable_store, default_uri, fail, resolve_config, same_command, ui_command, writable_folder
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -40,6 +40,7 @@ def _train(args: argparse.Namespace) -> tuple[int, dict[str, float] | None]:
     data = prepare_data(config)  # data errors and D_norm refusals happen before any run exists
     out = writable_folder(Path(args.out), "--out")
     tracking_uri = args.tracking_uri or default_uri(out)
+    check_readable_store(tracking_uri)
 
     from rich.console import Console
     from rich.progress import (
