@@ -44,7 +44,7 @@ def run_until_decided(effect: float, sd: float, plan: Plan, start: int = 5, batc
     while True:
         frame = trials(effect, sd, seeds, rng_seed)
         table = decide_sequential(frame, declared, ["mask_ratio"], plan, looks, robustness=robustness)
-        planned = table.assign(n_needed=np.nan) if every_look else table  # NaN: never futile
+        planned = table.assign(conditional_power=np.nan) if every_look else table  # NaN: never futile
         added = next_seeds(planned, declared, seeds_per_cell(frame, ["mask_ratio"]), plan, batch)
         if not added:
             return table, looks
