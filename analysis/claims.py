@@ -72,7 +72,7 @@ POWER = 0.80  # the power n_needed plans for
 SD_BOUND = 0.80  # one-sided confidence of the spread's upper bound n_needed plans with
 MIN_SIGNFLIP_N = 6  # below this an exact sign-flip test cannot reach p < 0.05 (2/2⁵ = 0.0625)
 EXACT_MAX_N = 16  # up to this many pairs the sign-flip test enumerates all 2ⁿ patterns; above, 2¹⁶ random ones
-FUTILITY_POWER = 0.10  # a look gives no seeds to a hypothesis whose conditional power is below this
+FUTILITY_POWER = 0.02  # a look gives no seeds to a hypothesis whose conditional power at delta is below this
 MAX_SEEDS = 1000  # n_needed is written as this when more would be needed (or it cannot be reached)
 
 KINDS = ("vs_reference", "peak", "trend", "vs_baseline")
@@ -315,21 +315,39 @@ class Paired:
         return max(self.signflip_p(-self.delta, "greater"), self.signflip_p(self.delta, "less"))
 
 
-def _pairs(frame: pd.DataFrame, claim: dict, cell: dict, reference: dict | None) -> Paired:
+def _by_seed(frame: pd.DataFrame, cell: dict, metric: str, cache: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(seeds, values) of the cell's ``metric``, sorted by seed, one value per seed (the mean of a
+    seed's trials), missing values dropped; computed once per call of :func:`decide_claims`
+    (``cache``: a reference cell is read by every hypothesis against it). numpy, not a pandas
+    groupby per pair: simulations call this tens of thousands of times."""
+    key = (cell_text(cell), metric)
+    if key not in cache:
+        if metric not in frame:
+            cache[key] = (np.array([]), np.array([]))
+        else:
+            mask = cell_mask(frame, cell).to_numpy()
+            seeds = frame["seed"].to_numpy()[mask]
+            values = frame[metric].to_numpy(float)[mask]
+            kept = np.isfinite(values)
+            seeds, values = seeds[kept], values[kept]
+            unique, where = np.unique(seeds, return_inverse=True)
+            cache[key] = (unique, np.bincount(where, values, len(unique)) / np.bincount(where, None, len(unique)))
+    return cache[key]
+
+
+def _pairs(frame: pd.DataFrame, claim: dict, cell: dict, reference: dict | None, cache: dict | None = None) -> Paired:
     """The paired values of ``claim``'s metric: ``cell`` against ``reference`` by seed, or
     (``reference`` None) against the claim's baseline within each of the cell's runs."""
     metric, sign = claim["metric"], -1 if METRICS[claim["metric"]].lower_is_better else 1
-    mine = frame[cell_mask(frame, cell)]
+    cache = {} if cache is None else cache
     if reference is None:
+        mine = frame[cell_mask(frame, cell)]
         both = mine[["seed", metric, claim["baseline"]]].dropna().groupby("seed").mean()
         return Paired(cell, claim["baseline"], both[metric].to_numpy(float), both[claim["baseline"]].to_numpy(float),
                       both.index.to_numpy(), sign, claim["delta"])
-    theirs = frame[cell_mask(frame, reference)]
-    x = mine.groupby("seed")[metric].mean() if metric in frame else pd.Series(dtype=float)
-    r = theirs.groupby("seed")[metric].mean() if metric in frame else pd.Series(dtype=float)
-    both = pd.concat([x.rename("x"), r.rename("r")], axis=1, join="inner").dropna()
-    return Paired(cell, reference, both["x"].to_numpy(float), both["r"].to_numpy(float), both.index.to_numpy(),
-                  sign, claim["delta"])
+    (x_seeds, x), (r_seeds, r) = _by_seed(frame, cell, metric, cache), _by_seed(frame, reference, metric, cache)
+    seeds, in_x, in_r = np.intersect1d(x_seeds, r_seeds, assume_unique=True, return_indices=True)
+    return Paired(cell, reference, x[in_x], r[in_r], seeds, sign, claim["delta"])
 
 
 @dataclass
@@ -384,19 +402,19 @@ class Hypothesis:
 
 
 def _hypotheses(frame: pd.DataFrame, claims: list[dict]) -> list[Hypothesis]:
-    found = []
+    found, cache = [], {}
     for claim in claims:
         if claim["kind"] == "vs_reference":
-            found += [Hypothesis(claim, [_pairs(frame, claim, cell, claim["reference"])], False)
+            found += [Hypothesis(claim, [_pairs(frame, claim, cell, claim["reference"], cache)], False)
                       for cell in claim["cells"]]
         elif claim["kind"] == "vs_baseline":
-            found += [Hypothesis(claim, [_pairs(frame, claim, cell, None)], False) for cell in claim["cells"]]
+            found += [Hypothesis(claim, [_pairs(frame, claim, cell, None, cache)], False) for cell in claim["cells"]]
         elif claim["kind"] == "peak":
-            found.append(Hypothesis(claim, [_pairs(frame, claim, claim["cell"], other)
+            found.append(Hypothesis(claim, [_pairs(frame, claim, claim["cell"], other, cache)
                                             for other in claim["cells"]], True))
         else:  # trend: each step against the one before
             cells = claim["cells"]
-            found.append(Hypothesis(claim, [_pairs(frame, claim, b, a) for a, b in zip(cells, cells[1:])], True))
+            found.append(Hypothesis(claim, [_pairs(frame, claim, b, a, cache) for a, b in zip(cells, cells[1:])], True))
     return found
 
 
@@ -737,9 +755,8 @@ def decide_claims(frame: pd.DataFrame, claims: list[dict] | tuple[dict, ...], st
 
 def count_hypotheses(frame: pd.DataFrame, claims: list[dict] | tuple[dict, ...]) -> int:
     """The hypotheses of ``claims`` that ``frame`` can test (the family's m before any is decided)."""
-    finished = frame[frame["status"] == FINISHED] if "status" in frame else frame
-    claims = [c for c in claims if c["metric"] in finished and (c["baseline"] is None or c["baseline"] in finished)]
-    return len(_hypotheses(finished, claims))
+    claims = [c for c in claims if c["metric"] in frame and (c["baseline"] is None or c["baseline"] in frame)]
+    return sum(len(c["cells"]) if c["kind"] in ("vs_reference", "vs_baseline") else 1 for c in claims)
 
 
 def claim_cells(claim: dict) -> list[dict[str, Any]]:

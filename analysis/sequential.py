@@ -94,16 +94,18 @@ def at_look(frame: pd.DataFrame, axes: list[str], seeds: dict[str, list[int]]) -
 
 def decide_look(frame: pd.DataFrame, claims: list[dict], plan: Plan, look_seeds: int, previous_seeds: int,
                 open_hypotheses: set[str] | None, study: str = "", declared: str = "before the run",
-                robustness: bool = True) -> pd.DataFrame:
+                robustness: bool = True, plan_seeds: bool = True) -> pd.DataFrame:
     """One look: the open hypotheses tested at this look's share of α (see the module); the
     seeds they would need, and their conditional power, are planned at what is left to spend,
-    over the open hypotheses (at the first look every hypothesis of the family, not each claim)."""
+    over the open hypotheses (at the first look every hypothesis of the family, not each claim).
+    ``plan_seeds=False`` leaves ``n_needed`` NaN (the futility rule does not read it; a simulation
+    saves its root finding)."""
     share = spent(plan.fraction(look_seeds), plan.alpha) - spent(plan.fraction(previous_seeds), plan.alpha)
     left = plan.alpha - spent(plan.fraction(look_seeds), plan.alpha)
     m = len(open_hypotheses) if open_hypotheses is not None else count_hypotheses(frame, claims)
     table = decide_claims(frame, claims, study, declared, alpha=max(share, 1e-12), only=open_hypotheses,
                           planning_alpha=max(left, share) / max(1, m),
-                          robustness=robustness, plan_seeds=True, future=(plan.max_seeds, max(left, share)))
+                          robustness=robustness, plan_seeds=plan_seeds, future=(plan.max_seeds, max(left, share)))
     return table
 
 
