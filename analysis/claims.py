@@ -64,7 +64,7 @@ from statsmodels.stats.weightstats import ttost_paired
 from evaluation.metrics import METRICS
 from mae_core.grid import find_cell, grid_cells, typed_value
 
-from .stats import FINISHED, cell_mask
+from .stats import FINISHED, cell_mask, one_family
 from .stats import holm as stats_holm
 
 ALPHA = 0.05  # the family-wise error rate of a study's claims
@@ -426,45 +426,6 @@ def holm(p_values) -> np.ndarray:
     per call (0.3 s): too slow for the simulated studies that check the sequential plan.
     """
     return stats_holm(p_values)
-
-
-@dataclass
-class FamilyResult:
-    """:func:`one_family`'s answer for m hypotheses: each test's adjusted p, the divisor of α at
-    the step that tested it (``k``: it is rejected when adjusted p < α, its raw p then below
-    α/k), and ``stop``, the divisor at the first step not rejected (1 when every test was)."""
-
-    difference: np.ndarray  # [m] adjusted p of the difference tests
-    equivalence: np.ndarray  # [m] adjusted p of the TOSTs
-    k_difference: np.ndarray  # [m] divisor of α at each difference test's step (NaN: no p)
-    k_equivalence: np.ndarray  # [m]
-    stop: int
-
-
-def one_family(p_difference, p_equivalence, alpha: float = ALPHA) -> FamilyResult:
-    """Both tests of every hypothesis in one step-down family (Shaffer's sequentially rejective
-    Bonferroni with logically related hypotheses). Sorted by p, the test at each step is compared
-    with α/k, where k is the number of hypotheses that still have a test not rejected: the most
-    true nulls possible once the earlier tests' nulls are false, since a hypothesis' "no
-    difference" and "a difference of at least delta" exclude each other. Adjusted p's are
-    ``max over earlier steps of min(1, k·p)``, as Holm's; NaN p's stay NaN and are no test.
-    For one kind alone (every other p NaN) this is Holm's adjustment."""
-    p_difference, p_equivalence = np.asarray(p_difference, float), np.asarray(p_equivalence, float)
-    m = len(p_difference)
-    p = np.r_[p_difference, p_equivalence]
-    owner = np.r_[np.arange(m), np.arange(m)]
-    adjusted, divisor = np.full(2 * m, np.nan), np.full(2 * m, np.nan)
-    left = np.bincount(owner[np.isfinite(p)], minlength=m)  # each hypothesis' tests not yet rejected
-    finite = np.flatnonzero(np.isfinite(p))
-    running, stop = 0.0, None
-    for i in finite[np.argsort(p[finite], kind="stable")]:
-        k = int((left > 0).sum())
-        running = max(running, min(1.0, k * p[i]))
-        adjusted[i], divisor[i] = running, k
-        if running >= alpha and stop is None:
-            stop = k
-        left[owner[i]] -= 1
-    return FamilyResult(adjusted[:m], adjusted[m:], divisor[:m], divisor[m:], stop if stop is not None else 1)
 
 
 def seeds_needed(effect: float, sd: float, n: int, delta: float, alpha: float) -> float:
