@@ -75,8 +75,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             needs = "; ".join(f"{h} (needs {seeds_text(n)} at its observed effect)"
                               for h, n in state["no_more_seeds"].items())
             print(f"open claims left at the seeds they have, since --max-seeds {state['sequential']['max_seeds']} "
-                  f"would decide them with a chance below {FUTILITY_POWER:.0%} were their true difference delta (conditional "
-                  f"power): {needs}", file=sys.stderr)
+                  f"would decide them with a chance below {FUTILITY_POWER:.0%} were their true difference "
+                  f"delta (conditional power): {needs}", file=sys.stderr)
     print(f"next: {report_command(args, study.name, state['parent_run_id'])}", file=sys.stderr)
     return 1 if state["errored"] else 0
 
