@@ -177,7 +177,8 @@ def test_a_sequential_report_says_where_seeds_went_and_that_a_left_claim_was_sti
     claims = decide(frame, "s", info, raw, "before the run")
     row = claims.table.iloc[0]
     assert row["verdict"] == "inconclusive" and row["n_needed"] > 10 and row["look"] == 1
-    assert "by the plan's 10 seeds per cell, were its true difference delta from that look on) fell below" in claims.text
+    assert ("by the plan's 10 seeds per cell, were its true difference delta from that look on) fell below"
+            in claims.text)
     fixed = decide(frame, "s", {k: v for k, v in info.items() if k != "sequential"}, raw, "before the run")
     assert "got no more there" not in fixed.text
 
