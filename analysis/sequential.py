@@ -11,8 +11,8 @@ here keeps the study's family-wise error rate at α however many looks it takes:
   *Discrete sequential boundaries for clinical trials*, Biometrika 70:659-663), where
   ``t = n/N`` is the information fraction at a look with ``n`` seeds in its fullest cell.
   It spends α early enough that a large effect is decided at the first look.
-* Look ``j`` tests the hypotheses still open at the level ``α*(t_j) − α*(t_{j−1})`` (Holm over
-  them, :func:`analysis.claims.decide_claims`); a hypothesis decided at a look keeps that
+* Look ``j`` tests the hypotheses still open at the level ``α*(t_j) − α*(t_{j−1})`` (their
+  difference tests and TOSTs as one step-down family, :func:`analysis.claims.decide_claims`); a hypothesis decided at a look keeps that
   verdict. By the union bound over looks the probability of any false decision is at most
   ``Σ_j (α*(t_j) − α*(t_{j−1})) = α*(t_last) ≤ α``: exact in its guarantee, conservative
   against the recursive boundaries of Jennison & Turnbull (2000, ch. 7), and it needs no

@@ -3,8 +3,9 @@
 * :func:`summarise`: per-cell mean ± sd over seeds, with the test set's binomial standard error
   of each accuracy beside the seed spread.
 * :func:`paired_comparisons` and :func:`verdict`: every cell against the study's reference
-  cell, paired by seed, with a 95% t-interval, a Holm-corrected p and the smallest difference
-  the design could detect; the verdict words follow from those numbers only.
+  cell, paired by seed, with a 95% t-interval, adjusted p's (difference and TOST, one family
+  per metric: :func:`one_family`) and the smallest difference the design could detect; the
+  verdict (the declared claims' four words) follows from those numbers only.
 * :func:`rank_correlations`: risk vs downstream rank correlations, only among trials whose
   risk is the same quantity, with a cluster bootstrap over cells; none below
   :data:`MIN_TRIALS` trials.
@@ -256,13 +257,14 @@ def paired_comparisons(frame: pd.DataFrame, axes: list[str], reference: dict, me
     grid order, metrics in the given order; columns: the axes, then
     :data:`COMPARISON_COLUMNS`: ``n`` pairs, ``reference_mean`` and ``mean`` over those pairs,
     ``mean_diff`` (cell - reference) and ``sd_diff``, the 95% t-interval ``ci_low``/``ci_high``,
-    the paired t-test's ``t`` and two-sided ``p``, ``p_holm`` and ``detectable_diff`` (see
-    :func:`detectable_difference`).
+    the paired t-test's ``t`` and two-sided ``p``, ``p_holm``, ``detectable_diff`` (see
+    :func:`detectable_difference`), the metric's ``delta``, the TOST's ``p_equivalence`` and
+    ``p_equivalence_holm``.
 
-    Multiplicity: ``p_holm`` is Holm-corrected within each metric's family, the comparisons of
-    every non-reference cell with the reference on that metric (each metric is its own
-    question: does the axis change this quantity?). Rows without a p (fewer than 2 pairs, no
-    spread) are not in the family.
+    Multiplicity: ``p_holm`` and ``p_equivalence_holm`` are adjusted within each metric's family
+    (:func:`one_family`: both tests of every non-reference cell against the reference on that
+    metric; each metric is its own question: does the axis change this quantity?). Rows
+    without a p (fewer than 2 pairs, no spread) are not in the family.
     """
     if set(reference) != set(axes):
         raise ValueError(f"the reference {reference} does not name every axis of {list(axes)}")
@@ -308,8 +310,8 @@ def baseline_comparisons(frame: pd.DataFrame, axes: list[str], pairs: list[tuple
     (e.g. ``("finetune_acc", "scratch_best_finetune_acc")``), paired within each finished trial:
     the baseline was measured in the same run, on the same seed, data split and test images.
     Columns: the axes, ``baseline``, then :data:`COMPARISON_COLUMNS` (``reference_mean`` is the
-    baseline's mean). ``p_holm`` is Holm-corrected within each (metric, baseline) family, the
-    cells of the grid."""
+    baseline's mean). ``p_holm`` and ``p_equivalence_holm`` are adjusted within each (metric,
+    baseline) family, the cells of the grid (:func:`one_family`)."""
     finished = frame[frame["status"] == FINISHED] if "status" in frame else frame
     pairs = [(m, b) for m, b in pairs if m in finished and b in finished]
     groups = finished.groupby(list(axes), dropna=False, sort=True) if axes else [((), finished)]
