@@ -64,17 +64,30 @@ def _p_text(row) -> str:
 
 def claims_table(claims: pd.DataFrame, links: str | None = None) -> pd.DataFrame:
     """One row per hypothesis, as text: claim, comparison, n, effect [interval], verdict, n
-    needed; with ``links`` (a path prefix) a first column linking each row's report folder
+    needed (and, where claims.csv has them, the seeds an exact decision needs); with ``links`` (a path prefix) a first column linking each row's report folder
     (the ``report`` column of ``claims``)."""
     rows = []
+    exact = "n_exact_min" in claims and claims["n_exact_min"].notna().any()  # reports decided since #29
     for r in claims.itertuples():
         row = {"report": f"[{r.report}]({links}{r.report}/)"} if links is not None else {}
         row.update({"claim": r.claim, "cell vs": f"{r.cell} vs {r.reference}", "n": int(r.n),
-                    "effect [simultaneous interval]": _effect(r), "±delta": f"{r.delta:g}",
+                    "effect [interval]": _effect(r), "±delta": f"{r.delta:g}",
                     "adjusted p": _p_text(r),
                     "verdict": f"**{r.verdict}**", "seeds needed": _needed(r)})
+        if exact:
+            row["seeds for an exact decision"] = _exact(r)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _exact(row) -> str:
+    """The seeds per cell the exact sign-flip test needs at the row's level, and for a decided
+    row whether it agrees ("parametric": it cannot at this n); empty for reports before #29."""
+    value = getattr(row, "n_exact_min", math.nan)
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return ""
+    agrees = getattr(row, "exact_agrees", "")
+    return f"{int(value)}" + (f" ({agrees})" if isinstance(agrees, str) and agrees else "")
 
 
 def _cell_table(trials: pd.DataFrame) -> pd.DataFrame:
