@@ -70,7 +70,6 @@ from .stats import holm as stats_holm
 ALPHA = 0.05  # the family-wise error rate of a study's claims
 POWER = 0.80  # the power n_needed plans for
 SD_BOUND = 0.80  # one-sided confidence of the spread's upper bound n_needed plans with
-MIN_SIGNFLIP_N = 6  # below this an exact sign-flip test cannot reach p < 0.05 (2/2⁵ = 0.0625)
 EXACT_MAX_N = 16  # up to this many pairs the sign-flip test enumerates all 2ⁿ patterns; above, 2¹⁶ random ones
 FUTILITY_POWER = 0.02  # a look gives no seeds to a hypothesis whose conditional power at delta is below this
 MAX_SEEDS = 1000  # n_needed is written as this when more would be needed (or it cannot be reached)
