@@ -19,8 +19,8 @@ import pandas as pd
 from evaluation.metrics import METRICS
 
 from . import figures
-from .claims import (ALPHA, CLAIM_COLUMNS, EXTRA_COLUMNS, MIN_SIGNFLIP_N, decide_claims, resolve_claims,
-                     seeds_text)
+from .claims import (ALPHA, CLAIM_COLUMNS, EXACT_COLUMNS, EXTRA_COLUMNS, FUTILITY_POWER, decide_claims,
+                     resolve_claims, seeds_text)
 from .markdown import markdown_table
 from .partial_share import share_sentences
 from .sequential import Plan, decide_sequential
@@ -80,47 +80,72 @@ def claims_text(table: pd.DataFrame, declared: str, smoke: bool = False, max_see
     if not len(table):
         return "The study declares no claim that these trials can decide."
     m = int(table["family_size"].iloc[0])
-    level = float(table["ci_level"].iloc[0])
     when = ("declared in the study file before the run" if declared == "before the run" else
             f"declared {declared}: written from the paper's rows, not chosen after reading these numbers, "
             "but not fixed before the trials ran")
     if "look" in table:  # a sequential run: each row is the look that decided it, or the last one
-        level = float(table.loc[table["look"] == table["look"].max(), "ci_level"].iloc[0])
         family = (f"Decided at the looks of a sequential plan whose looks spend α = {ALPHA} in all: each row "
                   f"is the look that decided its hypothesis, or the last look; each difference is the cell "
-                  f"minus the reference paired by seed (or, against a baseline, within each run); p is a "
-                  f"paired t-test Holm-adjusted over the hypotheses still open at that look and compared "
-                  f"with that look's share of α (column alpha of claims.csv); the interval is simultaneous "
-                  f"at that look's level (Bonferroni over its open hypotheses; {level:.2%} at the last).")
+                  f"minus the reference paired by seed (or, against a baseline, within each run); the paired "
+                  f"t-tests and the TOSTs of the hypotheses still open at a look are adjusted together as one "
+                  f"family and compared with that look's share of α (column alpha of claims.csv); each "
+                  f"interval is the one that matches its row's decision (column ci_level).")
         if max_seeds is not None:
-            family += (f" Seeds went only to hypotheses they could decide: one whose n needed at a look exceeded "
-                       f"the plan's {max_seeds} seeds per cell got no more there (non-binding futility, which "
-                       f"spends less α, never more) and was still tested at each look on the seeds it had.")
+            family += (f" Seeds went only to hypotheses they could decide: one whose conditional power (the "
+                       f"chance of a verdict by the plan's {max_seeds} seeds per cell, were its true difference "
+                       f"delta from that look on) fell below {FUTILITY_POWER:.0%} got no more there "
+                       f"(non-binding futility, which spends less α, never more) and was still tested at each "
+                       f"look on the seeds it had.")
         threshold = "that look's share of α"
     else:
         family = (f"One family of {m} hypotheses for the whole study: each difference is the cell minus the "
-                  f"reference paired by seed (or, against a baseline, within each run); p is a paired t-test "
-                  f"Holm-adjusted over the family; the interval is simultaneous, at {level:.2%} (Bonferroni, "
-                  f"α = {ALPHA} over {m}).")
+                  f"reference paired by seed (or, against a baseline, within each run); the paired t-tests "
+                  f"and the TOSTs of all {m} are adjusted together, step-down (at most one of a hypothesis' "
+                  f"two nulls can be true, so the first step divides α = {ALPHA} by {m}), which keeps the "
+                  f"chance of any false verdict in the study at most α; each interval is the one that "
+                  f"matches its row's decision: at 1 − α/k for better or worse (it excludes 0), at 1 − 2α/k "
+                  f"for equivalent (it lies inside ±delta), k the step's divisor (column ci_level; "
+                  f"{1 - ALPHA / max(m, 1):.2%} at the first step).")
         threshold = f"{ALPHA}"
     text = (f"Claims {when}. {family} Verdicts: better or worse (adjusted p < "
             f"{threshold}, in the metric's better sense: higher accuracy, lower risk); equivalent (the paired "
-            f"TOST within ±delta, Holm-adjusted, < {threshold}: any difference is smaller than the smallest "
+            f"TOST within ±delta, adjusted, < {threshold}: any difference is smaller than the smallest "
             f"effect of interest); inconclusive otherwise, which is not evidence of no effect: n needed "
             f"is the seeds per cell that would decide it at the observed effect and an 80% upper bound "
             f"of the spread (80% power). A peak is better only when it beats every other cell; a trend "
             f"only when every step moves the same way.")
     flagged = table[table["robust"] != "yes"]
     if len(flagged):
-        text += (f" {len(flagged)} verdict(s) differ under a mixed model (cell fixed, seed random): "
+        text += (f" {len(flagged)} verdict(s) differ under a mixed model (cell fixed, seed random, t on the "
+                 f"design's residual degrees of freedom): "
                  + "; ".join(f"{r.claim} ({r.cell}): {r.verdict}, model {r.model_verdict}"
                              for r in flagged.itertuples()) + ".")
-    if (table["n"] < MIN_SIGNFLIP_N).all():
-        text += (f" No exact sign-flip p is given: with n < {MIN_SIGNFLIP_N} pairs it cannot fall below "
-                 f"0.05 (its smallest value is 2/2ⁿ).")
+    text += _exact_text(table)
     if smoke:
         text = "Smoke run: a few dozen updates, to exercise the code; no verdict here is a finding. " + text
     return text
+
+
+def _exact_text(table: pd.DataFrame) -> str:
+    """What the exact sign-flip test says of the decided verdicts: how many it confirms, and
+    which rest on normality alone ("parametric": too few seeds for it to reach the level)."""
+    if "exact_agrees" not in table:
+        return ""
+    decided = table[table["verdict"] != "inconclusive"]
+    agrees = decided["exact_agrees"].fillna("").astype(str)
+    if not len(decided) or (agrees == "").all():
+        return ""
+    parametric = decided[agrees == "parametric"]
+    text = (f" Exact check: the sign-flip test (no normality assumed) reaches the same verdict at the same "
+            f"level for {int((agrees == 'yes').sum())} of {len(decided)} decided hypotheses")
+    if (agrees == "no").any():
+        text += f", not for {int((agrees == 'no').sum())}"
+    if len(parametric):
+        least = int(parametric["n_exact_min"].max())
+        text += (f"; {len(parametric)} verdict(s) are parametric: at n = "
+                 f"{', '.join(sorted(set(map(str, parametric['n']))))} its smallest p (2/2ⁿ) cannot reach the "
+                 f"level, so they rest on the t-test's normality ({least} seeds per cell would let it decide)")
+    return text + "."
 
 
 def display_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -133,8 +158,20 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
                      "adjusted p": "—" if not math.isfinite(r.p_adjusted) else f"{r.p_adjusted:.2g}",
                      "±delta": f"{r.delta:g}", "verdict": r.verdict,
                      "n needed": "" if r.verdict != "inconclusive" else seeds_text(r.n_needed),
+                     "n exact": _n_exact(r), "exact": _exact_word(r),
                      "declared": r.direction, "mixed model": r.model_verdict})
     return pd.DataFrame(rows)
+
+
+def _n_exact(row) -> str:
+    """The seeds per cell an exact sign-flip decision needs at the row's level (beside n needed)."""
+    value = getattr(row, "n_exact_min", math.nan)
+    return f"{int(value)}" if isinstance(value, (int, float)) and math.isfinite(value) else ""
+
+
+def _exact_word(row) -> str:
+    word = getattr(row, "exact_agrees", "")
+    return word if isinstance(word, str) else ""
 
 
 def forest_plot(table: pd.DataFrame, width: float | str = "full") -> plt.Figure:
@@ -174,8 +211,11 @@ def write_claims(claims: Claims, study: str, out: Path, formats: Sequence[str] =
     """``claims.csv``, ``claims.md`` and ``fig_claims`` (both widths) in ``out``; returns the
     paths and the full-width PNG (empty without rows)."""
     paths = [out / CLAIMS_FILE, out / "claims.md"]
-    extra = [c for c in claims.table.columns if c not in CLAIM_COLUMNS + EXTRA_COLUMNS]  # a sequential look
-    claims.table.to_csv(paths[0], index=False, columns=CLAIM_COLUMNS + EXTRA_COLUMNS + extra)
+    # the older columns first, then a sequential run's look, then the newer ones (appended: readers of
+    # the older files find every column where it was)
+    later = [c for c in EXACT_COLUMNS + ["conditional_power"] if c in claims.table]
+    extra = [c for c in claims.table.columns if c not in CLAIM_COLUMNS + EXTRA_COLUMNS + later]
+    claims.table.to_csv(paths[0], index=False, columns=CLAIM_COLUMNS + EXTRA_COLUMNS + extra + later)
     skipped = "".join(f"\n- {line}" for line in claims.skipped)
     table = display_table(claims.table)
     body = markdown_table(table) if len(table) else ""

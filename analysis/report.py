@@ -6,8 +6,9 @@ binomial standard error); failed cells stay in every table, marked with their re
 
 What a report claims comes from ``analysis.stats`` alone: every row against the study's
 reference row (the parent run's ``reference`` tag; without one, the documented default of
-:func:`mae_core.grid.default_reference`), paired by seed, in the words "supported",
-"contradicted" or "not resolved at n=…"; and rank correlations only among trials whose risk is
+:func:`mae_core.grid.default_reference`), paired by seed, in the declared claims' four words
+(better, worse, equivalent, inconclusive) marked "exploratory, outside the family"; and rank
+correlations only among trials whose risk is
 the same quantity. A smoke run (parent tag ``smoke`` = "True") claims no correlation and says
 so in its title.
 
@@ -66,6 +67,7 @@ from .stats import (
     MIN_CLUSTERS,
     MIN_TRIALS,
     baseline_comparisons,
+    EXPLORATORY,
     correlation_reading,
     paired_comparisons,
     plain_name,
@@ -480,12 +482,13 @@ def _findings_display(comparisons: pd.DataFrame, axes: Sequence[str]) -> pd.Data
     for _, row in comparisons.iterrows():
         interval = _interval(row)
         rows.append({"row": _cell_text({a: row[a] for a in axes}), "metric": row["metric"],
-                     "claim: row is": f"{row['claim']} (better)", "n": int(row["n"]),
+                     "better is": row["claim"], "n": int(row["n"]),
                      "difference (row − reference)": _number(row["mean_diff"], "+.3g"),
-                     "95% CI": interval, "Holm p": _number(row["p_holm"], ".2g"),
-                     "verdict": row["verdict"]})
-    return pd.DataFrame(rows, columns=["row", "metric", "claim: row is", "n", "difference (row − reference)",
-                                       "95% CI", "Holm p", "verdict"])
+                     "95% CI": interval, "adjusted p": _number(row["p_holm"], ".2g"),
+                     "±delta": _number(row["delta"], "g"), "verdict": row["verdict"],
+                     "smallest detectable": _number(row["detectable_diff"], ".2g")})
+    return pd.DataFrame(rows, columns=["row", "metric", "better is", "n", "difference (row − reference)",
+                                       "95% CI", "adjusted p", "±delta", "verdict", "smallest detectable"])
 
 
 def _baseline_pairs(frame: pd.DataFrame) -> list[tuple[str, str]]:
@@ -500,14 +503,16 @@ def _baseline_name(metric: str) -> str:
     return METRICS[metric].reference_name or ("random init" if metric.startswith("random_") else metric)
 
 
+POOLED = "— (pooled over looks: not a decision)"
 BASELINES_TEXT = ("Each row's accuracy against the baselines measured in the same runs (random-init encoder, "
                   "raw pixels, training from scratch for as many updates, and for the length best on "
-                  "validation), paired within each run, i.e. by seed. The claim tested is that pretraining "
-                  "beats the baseline; p is Holm-corrected across the rows of each (metric, baseline) pair; "
-                  "verdicts as above.")
+                  "validation), paired within each run, i.e. by seed; better means above the baseline. The "
+                  "difference tests and TOSTs of the rows of each (metric, baseline) pair are adjusted as one "
+                  f"family; verdicts as above, {EXPLORATORY}.")
 
 
-def _baseline_findings(frame: pd.DataFrame, axes: list[str], out: Path) -> tuple[pd.DataFrame, Path | None]:
+def _baseline_findings(frame: pd.DataFrame, axes: list[str], out: Path,
+                       pooled: bool = False) -> tuple[pd.DataFrame, Path | None]:
     """``baselines.csv`` (every cell against each baseline, paired within each run) and the same
     as text for ``findings.md`` and the page; an empty table and no file when no trial logged a
     baseline."""
@@ -516,13 +521,15 @@ def _baseline_findings(frame: pd.DataFrame, axes: list[str], out: Path) -> tuple
         return pd.DataFrame(), None
     table["claim"] = "higher"
     table["verdict"] = [verdict(row, "higher") for _, row in table.iterrows()]
+    if pooled:
+        table["verdict"] = POOLED
     path = out / "baselines.csv"
     table.to_csv(path, index=False)
     rows = [{"row": _cell_text({a: row[a] for a in axes}) if axes else "every trial", "metric": row["metric"],
              "against": _baseline_name(row["baseline"]), "n": int(row["n"]),
              "difference (row − baseline)": _number(row["mean_diff"], "+.3g"),
              "95% CI": _interval(row),
-             "Holm p": _number(row["p_holm"], ".2g"), "verdict": row["verdict"]} for _, row in table.iterrows()]
+             "adjusted p": _number(row["p_holm"], ".2g"), "verdict": row["verdict"]} for _, row in table.iterrows()]
     return pd.DataFrame(rows), path
 
 
@@ -534,22 +541,28 @@ def _write_findings(frame: pd.DataFrame, study: str, axes: list[str], info: dict
     comparisons = paired_comparisons(frame, axes, reference, _comparison_metrics(frame, axes))
     comparisons["claim"] = ["lower" if METRICS[m].lower_is_better else "higher" for m in comparisons["metric"]]
     comparisons["verdict"] = [verdict(row, row["claim"]) for _, row in comparisons.iterrows()]
+    pooled = bool((info.get("sequential") or {}).get("looks"))  # seeds by need: no fixed-n decision here
+    if pooled:
+        comparisons["verdict"] = POOLED
     display = _findings_display(comparisons, axes)
     source = ("named by the study (its run's reference tag)" if named else
               "the documented default (the cell at the Config defaults, else the grid's first cell)")
-    text = (f"Exploratory, not the study's declared claims (those are decided above, in claims.csv, "
-            f"as one family): every row against the reference, per metric. "
-            f"Reference row: {_cell_text(reference)}, {source}. Each row is compared with it on "
-            f"every downstream accuracy (and on the risks when no axis changes what a risk "
-            f"measures), paired by seed: the difference is row − reference over the seeds both "
-            f"finished, with a 95% t-interval and a paired t-test whose p is Holm-corrected "
-            f"across the rows of each metric. The claim tested is that the row is better "
-            f"(higher accuracy, lower risk): \"supported\" when the Holm p is below 0.05 and "
-            f"the difference lies that way, \"contradicted\" when it is below 0.05 the other "
-            f"way, otherwise \"not resolved at n=N\" with the smallest difference that n pairs "
-            f"at the observed spread would detect with 80% power (two-sided α = 0.05, not adjusted "
-            f"for the other rows; the interval is not adjusted either). \"Not resolved\" is not "
-            f"evidence of no effect: only an equivalence test (a declared claim) can show that.")
+    text = (f"Exploratory comparisons, outside the family: not the study's declared claims (those are "
+            f"decided above, in claims.csv, as one family at α = 0.05). Every row against the reference, "
+            f"per metric. Reference row: {_cell_text(reference)}, {source}. Each row is compared with it "
+            f"on every downstream accuracy (and on the risks when no axis changes what a risk measures), "
+            f"paired by seed: the difference is row − reference over the seeds both finished, with a 95% "
+            f"t-interval (not adjusted). The verdicts use the claims' four words, each {EXPLORATORY}: the "
+            f"paired t-test and the TOST within the metric's ±delta of the rows of each metric are adjusted "
+            f"together as one family (the claims' rule) and compared with 0.05; better or worse in the "
+            f"metric's better sense (higher accuracy, lower risk), equivalent (the TOST), inconclusive "
+            f"otherwise, which is not evidence of no effect (the last column: the smallest difference "
+            f"those pairs would detect with 80% power at the observed spread). Being outside the family, "
+            f"these verdicts add to its error rate: read them as leads for the next declared claim.")
+    if pooled:
+        text += (" This run added seeds by need, so its pooled p-values ignore the looks that chose them "
+                 "and are not decisions: no verdict is given here (the claims above are decided look "
+                 "by look).")
     if not axes:
         text = "The study has a single cell, so no row is compared with a reference."
     elif not len(comparisons):
@@ -561,7 +574,7 @@ def _write_findings(frame: pd.DataFrame, study: str, axes: list[str], info: dict
                 "whatever the verdicts say, they are not findings of the study. ") + text
     paths = [out / "comparisons.csv", out / "findings.md"]
     comparisons.to_csv(paths[0], index=False)
-    baselines, baselines_csv = _baseline_findings(frame, axes, out)
+    baselines, baselines_csv = _baseline_findings(frame, axes, out, pooled)
     paths += [baselines_csv] if baselines_csv is not None else []
     against = f"## Against the baselines\n\n{BASELINES_TEXT}\n\n{markdown_table(baselines)}" if len(baselines) else ""
     title = f"{study}{' (smoke run)' if info.get('smoke') else ''}: findings"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .claims import seeds_text
+from .claims import MAX_SEEDS, seeds_text
 from .markdown import markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,17 +64,30 @@ def _p_text(row) -> str:
 
 def claims_table(claims: pd.DataFrame, links: str | None = None) -> pd.DataFrame:
     """One row per hypothesis, as text: claim, comparison, n, effect [interval], verdict, n
-    needed; with ``links`` (a path prefix) a first column linking each row's report folder
+    needed (and, where claims.csv has them, the seeds an exact decision needs); with ``links`` (a path prefix) a first column linking each row's report folder
     (the ``report`` column of ``claims``)."""
     rows = []
+    exact = "n_exact_min" in claims and claims["n_exact_min"].notna().any()  # reports decided since #29
     for r in claims.itertuples():
         row = {"report": f"[{r.report}]({links}{r.report}/)"} if links is not None else {}
         row.update({"claim": r.claim, "cell vs": f"{r.cell} vs {r.reference}", "n": int(r.n),
-                    "effect [simultaneous interval]": _effect(r), "±delta": f"{r.delta:g}",
+                    "effect [interval]": _effect(r), "±delta": f"{r.delta:g}",
                     "adjusted p": _p_text(r),
                     "verdict": f"**{r.verdict}**", "seeds needed": _needed(r)})
+        if exact:
+            row["seeds for an exact decision"] = _exact(r)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _exact(row) -> str:
+    """The seeds per cell the exact sign-flip test needs at the row's level, and for a decided
+    row whether it agrees ("parametric": it cannot at this n); empty for reports before #29."""
+    value = getattr(row, "n_exact_min", math.nan)
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return ""
+    agrees = getattr(row, "exact_agrees", "")
+    return f"{int(value)}" + (f" ({agrees})" if isinstance(agrees, str) and agrees else "")
 
 
 def _cell_table(trials: pd.DataFrame) -> pd.DataFrame:
@@ -93,8 +106,60 @@ def _cell_table(trials: pd.DataFrame) -> pd.DataFrame:
 
 
 def _counts(claims: pd.DataFrame) -> str:
+    """The verdicts counted, the inconclusive ones with how many are capped (n needed ≥ MAX_SEEDS)."""
     counts = claims["verdict"].value_counts()
-    return ", ".join(f"{counts[v]} {v}" for v in ("better", "worse", "equivalent", "inconclusive") if v in counts)
+    words = [f"{counts[v]} {v}" for v in ("better", "worse", "equivalent", "inconclusive") if v in counts]
+    capped = _capped(claims)
+    if capped and words:
+        words[-1] += f" ({capped} of them capped: n needed ≥ {MAX_SEEDS})"
+    return ", ".join(words)
+
+
+def _capped(claims: pd.DataFrame) -> int:
+    """Inconclusive rows whose n needed is at the cap (written "≥ MAX_SEEDS"): no count of seeds."""
+    return int(((claims["verdict"] == "inconclusive") & (claims["n_needed"] >= MAX_SEEDS)).sum())
+
+
+def _median_needed(claims: pd.DataFrame) -> str:
+    """The median n needed of the inconclusive rows below the cap (capped values have no number
+    to take a median of), saying how many it leaves out; empty without inconclusive rows."""
+    open_ = claims[claims["verdict"] == "inconclusive"]
+    below = open_[open_["n_needed"] < MAX_SEEDS]["n_needed"].dropna()
+    if not len(open_):
+        return ""
+    if not len(below):
+        return f"all {len(open_)} capped"
+    text = seeds_text(below.median())
+    return text + (f" ({len(open_) - len(below)} capped, left out)" if len(below) < len(open_) else "")
+
+
+def study_of(folder: Path) -> str:
+    """The study a report ran (claims.csv's study column; the folder's name without one)."""
+    claims = pd.read_csv(folder / "claims.csv")
+    names = claims["study"].dropna().astype(str) if "study" in claims else pd.Series(dtype=str)
+    return names.iloc[0] if len(names) else folder.name
+
+
+def counted_folders(folders: list[Path]) -> tuple[list[Path], dict[str, str]]:
+    """The reports the totals count, one per distinct study, and the variants left out of them
+    (folder name -> the study it is a variant of). A study's own report is the folder named
+    after it (the fixed design as the study file declares it); another report of the same study
+    (run until decided, or with overrides such as lesson_large_decoder) is a variant: shown on
+    its own row, not counted again, since it decides the same study's claims once more."""
+    by_study: dict[str, list[Path]] = {}
+    for folder in folders:
+        by_study.setdefault(study_of(folder), []).append(folder)
+    counted, variants = [], {}
+    for study, group in by_study.items():
+        own = next((f for f in group if f.name == study), group[0])
+        counted.append(own)
+        variants.update({f.name: study for f in group if f is not own})
+    return [f for f in folders if f in counted], variants
+
+
+COUNTING = ("Counted once per study: a study's own report (the folder named after it) counts; "
+            "another report of the same study (run until decided, or with overrides) is a variant, "
+            "shown but not counted again.")
 
 
 def _declared(claims: pd.DataFrame) -> str:
@@ -109,11 +174,14 @@ def overview(folders: list[Path], links: str) -> str:
     everything = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
     if not len(everything):
         return "No committed report has declared claims yet.\n"
-    inconclusive = everything[everything["verdict"] == "inconclusive"]
-    text = (f"{len(everything)} hypotheses in {len(folders)} reports: {_counts(everything)}. "
-            f"Each report is one family (Holm); \"inconclusive\" is not \"no effect\": the last column "
-            f"gives the seeds per cell that would decide it at the observed effect and spread"
-            + (f" (median {int(inconclusive['n_needed'].median())})." if len(inconclusive) else ".") + "\n\n")
+    counted, variants = counted_folders(folders)
+    total = everything[everything["report"].isin([f.name for f in counted])]
+    median = _median_needed(total)
+    text = (f"{len(total)} hypotheses in {len(counted)} studies: {_counts(total)}. {COUNTING} Variants here: "
+            f"{', '.join(f'{v} (of {s})' for v, s in variants.items()) or 'none'}. Each report is one family at "
+            f"α = 0.05; \"inconclusive\" is not \"no effect\": the last column gives the seeds per cell that "
+            f"would decide it at the observed effect and spread"
+            + (f" (median over the counted studies {median})." if median else ".") + "\n\n")
     return text + markdown_table(claims_table(everything, links))
 
 
@@ -122,6 +190,9 @@ def study_section(folder: Path) -> str:
     trials = pd.read_csv(folder / "trials.csv")
     paper = _paper(folder)
     title = f"### {folder.name}" + (f" ({paper})" if paper else "")
+    study = study_of(folder)
+    if study != folder.name:
+        title += f"\n\nA variant of {study} (another run of the same study's claims), not counted in the totals."
     finished = int((trials["status"] == "FINISHED").sum())
     seeds = sorted(trials["seed"].unique())
     dataset = ", ".join(sorted(map(str, trials["dataset"].unique()))) if "dataset" in trials else "?"
@@ -145,20 +216,25 @@ def main_readme(folders: list[Path]) -> str:
     docs/results/README.md), so it stays short however many claims the studies declare."""
     rows = []
     everything = []
+    counted, variants = counted_folders(folders)
     for folder in folders:
         claims = pd.read_csv(folder / "claims.csv")
-        everything.append(claims)
+        if folder in counted:
+            everything.append(claims)
         counts = claims["verdict"].value_counts()
-        open_ = claims[claims["verdict"] == "inconclusive"]
-        rows.append({"report": f"[{folder.name}](docs/results/{folder.name}/)", "paper": _paper(folder),
-                     "hypotheses": len(claims),
+        name = f"[{folder.name}](docs/results/{folder.name}/)"
+        rows.append({"report": name + (f" (variant of {variants[folder.name]}, not counted)"
+                                       if folder.name in variants else ""),
+                     "paper": _paper(folder), "hypotheses": len(claims),
                      **{v: int(counts.get(v, 0)) for v in ("better", "worse", "equivalent", "inconclusive")},
-                     "seeds needed (median of the inconclusive)":
-                         seeds_text(open_["n_needed"].median()) if len(open_) else ""})
-    total = pd.concat(everything, ignore_index=True) if everything else pd.DataFrame(columns=["verdict"])
-    head = (f"{len(total)} hypotheses in {len(folders)} reports: {_counts(total) or 'none'}. Each report is one "
-            f"family (Holm); \"inconclusive\" is not \"no effect\". Every claim, its effect, interval and "
-            f"the seeds it needs: [docs/results](docs/results/README.md).\n\n")
+                     f"capped (≥ {MAX_SEEDS})": _capped(claims),
+                     "seeds needed (median of the inconclusive below the cap)": _median_needed(claims)})
+    total = pd.concat(everything, ignore_index=True) if everything else pd.DataFrame(columns=["verdict", "n_needed"])
+    head = (f"{len(total)} hypotheses in {len(counted)} studies: {_counts(total) or 'none'}. {COUNTING} "
+            f"Each report is one family at α = 0.05; \"inconclusive\" is not \"no effect\"; a capped one has "
+            f"no seed count (n needed ≥ {MAX_SEEDS}, e.g. a trend shown to go both ways) and is left out of "
+            f"the medians. Every claim, its effect, interval and the seeds it needs: "
+            f"[docs/results](docs/results/README.md).\n\n")
     return head + markdown_table(pd.DataFrame(rows))
 
 

@@ -11,16 +11,20 @@ here keeps the study's family-wise error rate at α however many looks it takes:
   *Discrete sequential boundaries for clinical trials*, Biometrika 70:659-663), where
   ``t = n/N`` is the information fraction at a look with ``n`` seeds in its fullest cell.
   It spends α early enough that a large effect is decided at the first look.
-* Look ``j`` tests the hypotheses still open at the level ``α*(t_j) − α*(t_{j−1})`` (Holm over
-  them, :func:`analysis.claims.decide_claims`); a hypothesis decided at a look keeps that
+* Look ``j`` tests the hypotheses still open at the level ``α*(t_j) − α*(t_{j−1})`` (their
+  difference tests and TOSTs as one step-down family, :func:`analysis.claims.decide_claims`); a hypothesis decided at a look keeps that
   verdict. By the union bound over looks the probability of any false decision is at most
   ``Σ_j (α*(t_j) − α*(t_{j−1})) = α*(t_last) ≤ α``: exact in its guarantee, conservative
   against the recursive boundaries of Jennison & Turnbull (2000, ch. 7), and it needs no
   numerical integration nor equal batches.
 
-Seeds go where they can decide: an open hypothesis whose ``n_needed`` at a look exceeds the
-plan's ``N`` (or a trend shown to go both ways) gets none at that look (:func:`futile`), which
-only spends less α.
+Seeds go where they can decide: an open hypothesis whose conditional power is below
+:data:`analysis.claims.FUTILITY_POWER` (the chance that it is decided by the plan's ``N`` seeds,
+given its pairs so far and a true difference of delta from then on, with the α the plan has
+left: :func:`analysis.claims.conditional_power`), or a trend shown to go both ways, gets none at
+that look (:func:`futile`), which only spends less α. The earlier rule, no seeds when
+``n_needed`` at the observed effect exceeded ``N``, took a five-seed estimate at its word and
+lost most of the power (0.26 against 0.80 at a true gain of one sd; docs/statistics.md).
 
 A look is recorded as the seeds each cell held at it; a report replays the looks from the
 trials alone (:func:`decide_sequential`), so its verdicts are the ones the run acted on.
@@ -34,7 +38,8 @@ from typing import Any
 
 import pandas as pd
 
-from .claims import ALPHA, CLAIM_COLUMNS, EXTRA_COLUMNS, MAX_SEEDS, cell_text, claim_cells, decide_claims
+from .claims import (ALPHA, CLAIM_COLUMNS, EXACT_COLUMNS, EXTRA_COLUMNS, FUTILITY_POWER, MAX_SEEDS, cell_text,
+                     claim_cells, count_hypotheses, decide_claims)
 from .stats import FINISHED
 
 SPENDING = "pocock-type (Lan & DeMets 1983): alpha*(t) = alpha * ln(1 + (e - 1) t)"
@@ -89,14 +94,18 @@ def at_look(frame: pd.DataFrame, axes: list[str], seeds: dict[str, list[int]]) -
 
 def decide_look(frame: pd.DataFrame, claims: list[dict], plan: Plan, look_seeds: int, previous_seeds: int,
                 open_hypotheses: set[str] | None, study: str = "", declared: str = "before the run",
-                robustness: bool = True) -> pd.DataFrame:
+                robustness: bool = True, plan_seeds: bool = True) -> pd.DataFrame:
     """One look: the open hypotheses tested at this look's share of α (see the module); the
-    seeds they would need are planned at what is left to spend."""
+    seeds they would need, and their conditional power, are planned at what is left to spend,
+    over the open hypotheses (at the first look every hypothesis of the family, not each claim).
+    ``plan_seeds=False`` leaves ``n_needed`` NaN (the futility rule does not read it; a simulation
+    saves its root finding)."""
     share = spent(plan.fraction(look_seeds), plan.alpha) - spent(plan.fraction(previous_seeds), plan.alpha)
     left = plan.alpha - spent(plan.fraction(look_seeds), plan.alpha)
+    m = len(open_hypotheses) if open_hypotheses is not None else count_hypotheses(frame, claims)
     table = decide_claims(frame, claims, study, declared, alpha=max(share, 1e-12), only=open_hypotheses,
-                          planning_alpha=max(left, share) / max(1, len(open_hypotheses or claims)),
-                          robustness=robustness, plan_seeds=True)
+                          planning_alpha=max(left, share) / max(1, m),
+                          robustness=robustness, plan_seeds=plan_seeds, future=(plan.max_seeds, max(left, share)))
     return table
 
 
@@ -126,16 +135,15 @@ def decide_sequential(frame: pd.DataFrame, claims: list[dict], axes: list[str], 
                 decided.setdefault(row["hypothesis"], row)
         previous = fullest
     rows = [decided.get(h, row) for h, row in last.items()]
-    return pd.DataFrame(rows, columns=CLAIM_COLUMNS + EXTRA_COLUMNS + ["look"])
+    return pd.DataFrame(rows, columns=CLAIM_COLUMNS + EXTRA_COLUMNS + ["look"] + EXACT_COLUMNS + ["conditional_power"])
 
 
 def cells_to_extend(table: pd.DataFrame, claims: list[dict], max_seeds: int | None = None) -> list[str]:
     """The cells (``key=value; ...``) the still-inconclusive hypotheses read: a per-cell
     hypothesis its cell (and the reference, against which it is paired), a peak or a trend
     every cell of its claim. Two kinds of open hypothesis get none (:func:`futile`): a trend
-    shown to go both ways, which no seed can decide, and one whose ``n_needed`` at this look
-    exceeds the plan's ``max_seeds``, which the seeds the plan allows would not decide at its
-    observed effect and spread. Not testing a hypothesis again, or testing it on the seeds it
+    shown to go both ways, which no seed can decide, and one whose conditional power at delta
+    is below :data:`~analysis.claims.FUTILITY_POWER`. Not testing a hypothesis again, or testing it on the seeds it
     has, spends less α than the plan allows, never more (non-binding futility, Jennison &
     Turnbull 2000, ch. 10), so the seeds go to the claims they can decide."""
     by_name = {claim["name"]: claim for claim in claims}
@@ -154,9 +162,13 @@ def cells_to_extend(table: pd.DataFrame, claims: list[dict], max_seeds: int | No
 
 
 def futile(table: pd.DataFrame, max_seeds: int | None = None) -> pd.Series:
-    """Which rows of a look get no more seeds: ``n_needed`` at the cap (a trend shown to go both
-    ways: :meth:`analysis.claims.Hypothesis.cannot_be_decided`) or above ``max_seeds`` (NaN, as
-    with fewer than two pairs, is never futile)."""
+    """Which rows of a look get no more seeds: those whose ``conditional_power`` (a look's column,
+    0 for a trend shown to go both ways: :meth:`analysis.claims.Hypothesis.cannot_be_decided`)
+    is below :data:`~analysis.claims.FUTILITY_POWER`. NaN, as with fewer than two pairs, is never
+    futile. A table without the column (one not from :func:`decide_look`) falls back to its
+    ``n_needed``: at the cap, or above ``max_seeds``."""
+    if "conditional_power" in table:
+        return table["conditional_power"].astype(float) < FUTILITY_POWER
     needed = table["n_needed"].astype(float)
     return (needed >= MAX_SEEDS) | ((needed > max_seeds) if max_seeds is not None else False)
 

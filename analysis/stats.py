@@ -3,8 +3,9 @@
 * :func:`summarise`: per-cell mean ± sd over seeds, with the test set's binomial standard error
   of each accuracy beside the seed spread.
 * :func:`paired_comparisons` and :func:`verdict`: every cell against the study's reference
-  cell, paired by seed, with a 95% t-interval, a Holm-corrected p and the smallest difference
-  the design could detect; the verdict words follow from those numbers only.
+  cell, paired by seed, with a 95% t-interval, adjusted p's (difference and TOST, one family
+  per metric: :func:`one_family`) and the smallest difference the design could detect; the
+  verdict (the declared claims' four words) follows from those numbers only.
 * :func:`rank_correlations`: risk vs downstream rank correlations, only among trials whose
   risk is the same quantity, with a cluster bootstrap over cells; none below
   :data:`MIN_TRIALS` trials.
@@ -17,6 +18,7 @@ accuracy means the risk ranks trials the way the downstream task does.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -107,7 +109,8 @@ def binomial_se(accuracy, n_test):
 # ---------------------------------------------------------------------- paired comparisons
 
 COMPARISON_COLUMNS = ["metric", "n", "reference_mean", "mean", "mean_diff", "sd_diff", "ci_low",
-                      "ci_high", "t", "p", "p_holm", "detectable_diff"]
+                      "ci_high", "t", "p", "p_holm", "detectable_diff", "delta", "p_equivalence", "p_equivalence_holm"]
+EXPLORATORY = "exploratory, outside the family"  # how every verdict of the findings is marked
 
 
 def _is_missing(value) -> bool:
@@ -135,6 +138,45 @@ def holm(pvalues) -> np.ndarray:
         running = max(running, min(1.0, (m - rank) * p[i]))
         adjusted[i] = running
     return adjusted
+
+
+@dataclass
+class FamilyResult:
+    """:func:`one_family`'s answer for m hypotheses: each test's adjusted p, the divisor of α at
+    the step that tested it (``k``: it is rejected when adjusted p < α, its raw p then below
+    α/k), and ``stop``, the divisor at the first step not rejected (1 when every test was)."""
+
+    difference: np.ndarray  # [m] adjusted p of the difference tests
+    equivalence: np.ndarray  # [m] adjusted p of the TOSTs
+    k_difference: np.ndarray  # [m] divisor of α at each difference test's step (NaN: no p)
+    k_equivalence: np.ndarray  # [m]
+    stop: int
+
+
+def one_family(p_difference, p_equivalence, alpha: float = ALPHA) -> FamilyResult:
+    """Both tests of every hypothesis in one step-down family (Shaffer's sequentially rejective
+    Bonferroni with logically related hypotheses). Sorted by p, the test at each step is compared
+    with α/k, where k is the number of hypotheses that still have a test not rejected: the most
+    true nulls possible once the earlier tests' nulls are false, since a hypothesis' "no
+    difference" and "a difference of at least delta" exclude each other. Adjusted p's are
+    ``max over earlier steps of min(1, k·p)``, as Holm's; NaN p's stay NaN and are no test.
+    For one kind alone (every other p NaN) this is Holm's adjustment."""
+    p_difference, p_equivalence = np.asarray(p_difference, float), np.asarray(p_equivalence, float)
+    m = len(p_difference)
+    p = np.r_[p_difference, p_equivalence]
+    owner = np.r_[np.arange(m), np.arange(m)]
+    adjusted, divisor = np.full(2 * m, np.nan), np.full(2 * m, np.nan)
+    left = np.bincount(owner[np.isfinite(p)], minlength=m)  # each hypothesis' tests not yet rejected
+    finite = np.flatnonzero(np.isfinite(p))
+    running, stop = 0.0, None
+    for i in finite[np.argsort(p[finite], kind="stable")]:
+        k = int((left > 0).sum())
+        running = max(running, min(1.0, k * p[i]))
+        adjusted[i], divisor[i] = running, k
+        if running >= alpha and stop is None:
+            stop = k
+        left[owner[i]] -= 1
+    return FamilyResult(adjusted[:m], adjusted[m:], divisor[:m], divisor[m:], stop if stop is not None else 1)
 
 
 def detectable_difference(n: int, sd: float, *, alpha: float = ALPHA, power: float = POWER) -> float:
@@ -173,17 +215,19 @@ def _no_spread(differences: np.ndarray) -> bool:
     return float(np.std(differences)) <= 1e-9 * scale
 
 
-def paired_difference(values: np.ndarray, reference: np.ndarray) -> dict[str, float]:
+def paired_difference(values: np.ndarray, reference: np.ndarray, delta: float | None = None) -> dict[str, float]:
     """Paired statistics of ``values - reference`` (arrays aligned by seed): n, means, the mean
-    difference, its sd, the 95% t-interval, t, the two-sided p (scipy.stats.ttest_1samp) and
-    the smallest detectable difference. With fewer than 2 pairs, or differences without spread,
-    the interval, t and p are NaN."""
+    difference, its sd, the 95% t-interval, t, the two-sided p (scipy.stats.ttest_1samp), the
+    smallest detectable difference and, with ``delta`` (the metric's smallest effect of
+    interest), the paired TOST p within ±delta (t, n - 1 df). With fewer than 2 pairs, or
+    differences without spread, the interval, t and p's are NaN."""
     values, reference = np.asarray(values, dtype=float), np.asarray(reference, dtype=float)
     differences = values - reference
     n = len(differences)
     out = {"n": n, "reference_mean": math.nan, "mean": math.nan, "mean_diff": math.nan,
            "sd_diff": math.nan, "ci_low": math.nan, "ci_high": math.nan, "t": math.nan,
-           "p": math.nan, "detectable_diff": math.nan}
+           "p": math.nan, "detectable_diff": math.nan, "delta": math.nan if delta is None else float(delta),
+           "p_equivalence": math.nan}
     if n == 0:
         return out
     out.update(reference_mean=float(reference.mean()), mean=float(values.mean()),
@@ -198,6 +242,9 @@ def paired_difference(values: np.ndarray, reference: np.ndarray) -> dict[str, fl
     interval = test.confidence_interval(1 - ALPHA)
     out.update(sd_diff=sd, ci_low=float(interval.low), ci_high=float(interval.high),
                t=float(test.statistic), p=float(test.pvalue), detectable_diff=detectable_difference(n, sd))
+    if delta is not None:
+        se, mean = sd / math.sqrt(n), float(differences.mean())
+        out["p_equivalence"] = float(max(sps.t.sf((mean + delta) / se, n - 1), sps.t.cdf((mean - delta) / se, n - 1)))
     return out
 
 
@@ -210,13 +257,14 @@ def paired_comparisons(frame: pd.DataFrame, axes: list[str], reference: dict, me
     grid order, metrics in the given order; columns: the axes, then
     :data:`COMPARISON_COLUMNS`: ``n`` pairs, ``reference_mean`` and ``mean`` over those pairs,
     ``mean_diff`` (cell - reference) and ``sd_diff``, the 95% t-interval ``ci_low``/``ci_high``,
-    the paired t-test's ``t`` and two-sided ``p``, ``p_holm`` and ``detectable_diff`` (see
-    :func:`detectable_difference`).
+    the paired t-test's ``t`` and two-sided ``p``, ``p_holm``, ``detectable_diff`` (see
+    :func:`detectable_difference`), the metric's ``delta``, the TOST's ``p_equivalence`` and
+    ``p_equivalence_holm``.
 
-    Multiplicity: ``p_holm`` is Holm-corrected within each metric's family, the comparisons of
-    every non-reference cell with the reference on that metric (each metric is its own
-    question: does the axis change this quantity?). Rows without a p (fewer than 2 pairs, no
-    spread) are not in the family.
+    Multiplicity: ``p_holm`` and ``p_equivalence_holm`` are adjusted within each metric's family
+    (:func:`one_family`: both tests of every non-reference cell against the reference on that
+    metric; each metric is its own question: does the axis change this quantity?). Rows
+    without a p (fewer than 2 pairs, no spread) are not in the family.
     """
     if set(reference) != set(axes):
         raise ValueError(f"the reference {reference} does not name every axis of {list(axes)}")
@@ -233,17 +281,27 @@ def paired_comparisons(frame: pd.DataFrame, axes: list[str], reference: dict, me
                 pairs = pd.concat([mine[metric].rename("x"), by_seed[metric].rename("r")], axis=1,
                                   join="inner").dropna()
                 rows.append({**values, "metric": metric,
-                             **paired_difference(pairs["x"].to_numpy(), pairs["r"].to_numpy())})
+                             **paired_difference(pairs["x"].to_numpy(), pairs["r"].to_numpy(), _delta(metric))})
     return _comparison_table(rows, [*axes, *COMPARISON_COLUMNS], families="metric")
 
 
+def _delta(metric: str) -> float | None:
+    known = METRICS.get(metric)
+    return known.delta if known is not None else None
+
+
 def _comparison_table(rows: list[dict], columns: list[str], families: str | list[str]) -> pd.DataFrame:
-    """The rows as a table with ``p_holm``: Holm-corrected within each group of ``families``."""
+    """The rows as a table with ``p_holm`` and ``p_equivalence_holm``: the difference tests and
+    the TOSTs of each group of ``families`` adjusted together (:func:`one_family`, the claims'
+    rule; Holm's where no TOST could be computed)."""
     table = pd.DataFrame(rows, columns=columns)
     table["n"] = table["n"].astype(int)
     table["p_holm"] = np.nan
+    table["p_equivalence_holm"] = np.nan
     for _, family in table.groupby(families, sort=False).groups.items():
-        table.loc[family, "p_holm"] = holm(table.loc[family, "p"].to_numpy())
+        adjusted = one_family(table.loc[family, "p"].to_numpy(), table.loc[family, "p_equivalence"].to_numpy())
+        table.loc[family, "p_holm"] = adjusted.difference
+        table.loc[family, "p_equivalence_holm"] = adjusted.equivalence
     return table
 
 
@@ -252,8 +310,8 @@ def baseline_comparisons(frame: pd.DataFrame, axes: list[str], pairs: list[tuple
     (e.g. ``("finetune_acc", "scratch_best_finetune_acc")``), paired within each finished trial:
     the baseline was measured in the same run, on the same seed, data split and test images.
     Columns: the axes, ``baseline``, then :data:`COMPARISON_COLUMNS` (``reference_mean`` is the
-    baseline's mean). ``p_holm`` is Holm-corrected within each (metric, baseline) family, the
-    cells of the grid."""
+    baseline's mean). ``p_holm`` and ``p_equivalence_holm`` are adjusted within each (metric,
+    baseline) family, the cells of the grid (:func:`one_family`)."""
     finished = frame[frame["status"] == FINISHED] if "status" in frame else frame
     pairs = [(m, b) for m, b in pairs if m in finished and b in finished]
     groups = finished.groupby(list(axes), dropna=False, sort=True) if axes else [((), finished)]
@@ -263,7 +321,7 @@ def baseline_comparisons(frame: pd.DataFrame, axes: list[str], pairs: list[tuple
         for metric, baseline in pairs:
             both = cell[[metric, baseline]].dropna()
             rows.append({**values, "baseline": baseline, "metric": metric,
-                         **paired_difference(both[metric].to_numpy(), both[baseline].to_numpy())})
+                         **paired_difference(both[metric].to_numpy(), both[baseline].to_numpy(), _delta(metric))})
     return _comparison_table(rows, [*axes, "baseline", *COMPARISON_COLUMNS], families=["metric", "baseline"])
 
 
@@ -274,29 +332,30 @@ def _direction_of(metric: str) -> str:
 
 
 def verdict(row, direction: str | None = None) -> str:
-    """The verdict words of one :func:`paired_comparisons` row, from its numbers alone.
+    """The verdict of one :func:`paired_comparisons` (or baseline) row, in the declared claims'
+    four words, from its numbers alone; a report marks them :data:`EXPLORATORY`.
 
-    Convention: the difference is the row's cell minus the reference cell, paired by seed; the
-    claim is that it lies in ``direction``: "higher" or "lower" (None: the metric's better
-    direction from ``lower_is_better`` in :data:`evaluation.metrics.METRICS`, i.e. the claim
-    "this row is better than the reference").
+    Convention: the difference is the row's cell minus the reference, paired by seed;
+    ``direction`` is where "better" lies: "higher" or "lower" (None: the metric's better
+    direction from ``lower_is_better`` in :data:`evaluation.metrics.METRICS`).
 
-    * "supported": Holm-corrected p < 0.05 and the mean difference in the claimed direction;
-    * "contradicted": Holm-corrected p < 0.05 and the mean difference the other way;
-    * otherwise "not resolved at n=N (smallest detectable difference D)": N pairs, D the
-      ``detectable_diff`` (80% power, two-sided α = 0.05, this n and sd), "unknown" where it
-      cannot be computed (fewer than 2 pairs, or differences without spread).
+    * "equivalent": the TOST within ±delta, adjusted with the row's family (``p_equivalence_holm``),
+      is below 0.05 (checked first, as for claims);
+    * "better" / "worse": the adjusted difference test ``p_holm`` is below 0.05 and the
+      difference lies in ``direction`` / the other way;
+    * "inconclusive" otherwise (no TOST without a delta: never "equivalent" then), which is not
+      evidence of no effect; ``detectable_diff`` says what the design could detect.
     """
     direction = direction or _direction_of(row["metric"])
     if direction not in ("higher", "lower"):
         raise ValueError(f"direction {direction!r}: expected 'higher' or 'lower'")
     p, difference = float(row["p_holm"]), float(row["mean_diff"])
+    p_equivalence = float(row.get("p_equivalence_holm", math.nan)) if hasattr(row, "get") else math.nan
+    if p_equivalence < ALPHA:
+        return "equivalent"
     if p < ALPHA and difference != 0:
-        agrees = (difference > 0) == (direction == "higher")
-        return "supported" if agrees else "contradicted"
-    detectable = float(row["detectable_diff"])
-    shown = f"{detectable:.2g}" if math.isfinite(detectable) else "unknown"
-    return f"not resolved at n={int(row['n'])} (smallest detectable difference {shown})"
+        return "better" if (difference > 0) == (direction == "higher") else "worse"
+    return "inconclusive"
 
 
 # ------------------------------------------------------------------------- correlations

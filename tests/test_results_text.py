@@ -22,3 +22,25 @@ def test_every_committed_report_has_its_claims():
 def test_a_file_without_the_markers_is_refused(tmp_path):
     with pytest.raises(ValueError, match="no <!-- results:begin -->"):
         results_text.splice("# no markers\n", "table", tmp_path / "README.md")
+
+
+def test_counts_are_per_study_with_variants_shown_once_and_capped_claims_said(tmp_path):
+    import pandas as pd
+
+    def report(name: str, study: str, verdicts: list[str], needed: list[float]):
+        folder = tmp_path / name
+        folder.mkdir()
+        pd.DataFrame({"study": study, "claim": [f"c{i}" for i in range(len(verdicts))], "verdict": verdicts,
+                      "n_needed": needed}).to_csv(folder / "claims.csv", index=False)
+        return folder
+
+    own = report("mask_ratio", "mask_ratio", ["better", "inconclusive", "inconclusive", "inconclusive"],
+                 [5, 40, 1000, 60])
+    variant = report("mask_ratio_until_decided", "mask_ratio", ["better", "better", "inconclusive", "worse"],
+                     [10, 10, 90, 10])
+    counted, variants = results_text.counted_folders([own, variant])
+    assert counted == [own] and variants == {"mask_ratio_until_decided": "mask_ratio"}
+    text = results_text.main_readme([own, variant])
+    assert text.startswith("4 hypotheses in 1 studies: 1 better, 3 inconclusive (1 of them capped: n needed ≥ 1000).")
+    assert "(variant of mask_ratio, not counted)" in text
+    assert "| 50 (1 capped, left out) |" in text  # the median of 40 and 60; 1000 is no count of seeds

@@ -13,6 +13,7 @@ from scipy import stats as sps
 
 from analysis.stats import (
     baseline_comparisons,
+    one_family,
     _kendall_rows,
     binomial_se,
     cluster_bootstrap_indices,
@@ -128,9 +129,9 @@ def test_paired_comparison_recovers_a_planted_effect():
     up, down = table.iloc[0], table.iloc[1]
     assert up["ci_low"] < 0.03 < up["ci_high"] and down["ci_low"] < -0.03 < down["ci_high"]
     assert up["mean_diff"] == pytest.approx(up["mean"] - up["reference_mean"])
-    assert verdict(up) == "supported"  # accuracy: higher is the better direction
-    assert verdict(down) == "contradicted"
-    assert verdict(down, "lower") == "supported"  # a claim that the row is lower
+    assert verdict(up) == "better"  # accuracy: higher is the better direction
+    assert verdict(down) == "worse"
+    assert verdict(down, "lower") == "better"  # where lower is better
     # pairing by seed: the shared per-seed term (sd 0.05) would swamp an unpaired comparison
     assert up["sd_diff"] < 0.03
 
@@ -139,7 +140,7 @@ def test_a_risk_is_better_lower():
     rng = np.random.default_rng(1)
     frame = _study({0.5: -0.05, 0.75: 0.0}, seeds=8, noise=0.01, rng=rng, metric="test_rec_risk")
     row = paired_comparisons(frame, ["mask_ratio"], {"mask_ratio": 0.75}, ["test_rec_risk"]).iloc[0]
-    assert verdict(row) == "supported"
+    assert verdict(row) == "better"
 
 
 def test_null_intervals_cover_zero_about_95_percent_of_the_time():
@@ -158,14 +159,16 @@ def _row(**numbers) -> dict:
 
 
 def test_verdict_words_follow_from_the_numbers():
-    assert verdict(_row()) == "supported"
-    assert verdict(_row(mean_diff=-0.02)) == "contradicted"
-    assert verdict(_row(metric="test_mae_risk")) == "contradicted"  # a risk should fall
-    assert verdict(_row(), "lower") == "contradicted"
-    assert verdict(_row(p_holm=0.2)) == "not resolved at n=5 (smallest detectable difference 0.012)"
-    assert verdict(_row(p_holm=0.05)) == "not resolved at n=5 (smallest detectable difference 0.012)"
-    assert verdict(_row(n=1, p_holm=np.nan, detectable_diff=np.nan)) == (
-        "not resolved at n=1 (smallest detectable difference unknown)")
+    # the declared claims' four words (#29: one vocabulary; "supported/contradicted/not resolved" before)
+    assert verdict(_row()) == "better"
+    assert verdict(_row(mean_diff=-0.02)) == "worse"
+    assert verdict(_row(metric="test_mae_risk")) == "worse"  # a risk should fall
+    assert verdict(_row(), "lower") == "worse"
+    assert verdict(_row(p_holm=0.2)) == "inconclusive"
+    assert verdict(_row(p_holm=0.05)) == "inconclusive"
+    assert verdict(_row(n=1, p_holm=np.nan, detectable_diff=np.nan)) == "inconclusive"
+    assert verdict(_row(p_holm=0.2, p_equivalence_holm=0.01)) == "equivalent"
+    assert verdict(_row(p_equivalence_holm=0.01)) == "equivalent"  # shown within ±delta: checked first
     with pytest.raises(ValueError, match="direction"):
         verdict(_row(metric="not_a_metric"))
 
@@ -185,7 +188,11 @@ def test_holm_family_is_one_metric():
     assert len(table) == 6
     for metric in ("probe_linear_acc", "probe_knn_acc"):
         family = table[table["metric"] == metric]
-        assert family["p_holm"].to_numpy() == pytest.approx(holm(family["p"].to_numpy()))
+        # the difference tests and TOSTs of a metric are one family (the claims' rule), never laxer than Holm
+        adjusted = one_family(family["p"].to_numpy(), family["p_equivalence"].to_numpy())
+        assert family["p_holm"].to_numpy() == pytest.approx(adjusted.difference)
+        assert family["p_equivalence_holm"].to_numpy() == pytest.approx(adjusted.equivalence)
+        assert (family["p_holm"].to_numpy() >= holm(family["p"].to_numpy()) - 1e-12).all()
         expected = sps.ttest_rel(frame[frame["mask_ratio"] == 0.25][metric].to_numpy(),
                                  frame[frame["mask_ratio"] == 0.75][metric].to_numpy()).pvalue
         assert family.iloc[0]["p"] == pytest.approx(expected)
@@ -207,10 +214,10 @@ def test_too_few_pairs_or_no_spread_resolve_nothing():
                           "probe_linear_acc": [0.9, 0.8, 0.7, 0.6]})
     row = paired_comparisons(frame, ["mask_ratio"], {"mask_ratio": 0.75}, ["probe_linear_acc"]).iloc[0]
     assert row["n"] == 1 and row["mean_diff"] == pytest.approx(0.1) and math.isnan(row["p_holm"])
-    assert verdict(row) == "not resolved at n=1 (smallest detectable difference unknown)"
+    assert verdict(row) == "inconclusive"
     same = frame.assign(seed=[1, 2, 1, 2], probe_linear_acc=[0.8, 0.7, 0.7, 0.6])  # +0.1 on both seeds
     row = paired_comparisons(same, ["mask_ratio"], {"mask_ratio": 0.75}, ["probe_linear_acc"]).iloc[0]
-    assert row["n"] == 2 and row["sd_diff"] == 0 and verdict(row).startswith("not resolved at n=2")
+    assert row["n"] == 2 and row["sd_diff"] == 0 and verdict(row) == "inconclusive"
     with pytest.raises(ValueError, match="every axis"):
         paired_comparisons(frame, ["mask_ratio"], {"decoder_depth": 2}, ["probe_linear_acc"])
 
@@ -304,8 +311,8 @@ def test_a_cluster_bootstrap_over_too_few_cells_claims_nothing():
 
 
 def test_baseline_comparisons_pair_each_run_with_its_own_baselines():
-    """A cell planted 0.05 above its runs' baseline is supported, one planted 0.05 below is
-    contradicted, one equal up to noise is not resolved; pairs are within runs (seed by seed)."""
+    """A cell planted 0.05 above its runs' baseline is better, one planted 0.05 below is worse,
+    one equal up to noise is equivalent within the metric's delta; pairs are within runs (seed by seed)."""
     rng = np.random.default_rng(0)
     rows = []
     for ratio, planted in ((0.25, 0.05), (0.5, -0.05), (0.75, 0.0)):
@@ -320,5 +327,5 @@ def test_baseline_comparisons_pair_each_run_with_its_own_baselines():
     assert list(table["mask_ratio"]) == [0.25, 0.5, 0.75] and (table["n"] == 6).all()
     assert (table["baseline"] == "random_probe_linear_acc").all()
     verdicts = [verdict(row, "higher") for _, row in table.iterrows()]
-    assert verdicts[:2] == ["supported", "contradicted"] and verdicts[2].startswith("not resolved at n=6")
+    assert verdicts[:2] == ["better", "worse"] and verdicts[2] in ("equivalent", "inconclusive")
     assert table["mean_diff"].tolist() == pytest.approx([0.05, -0.05, 0.0], abs=0.01)

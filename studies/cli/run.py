@@ -73,11 +73,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"looks: {len(state['looks'])} (seeds per cell at the last: up to "
               f"{max(state['looks'][-1].values(), default=0)}); claims: {counts or 'none decided'}", file=sys.stderr)
         if state.get("no_more_seeds"):
-            from analysis.claims import seeds_text
+            from analysis.claims import FUTILITY_POWER, seeds_text
 
-            needs = "; ".join(f"{h} (needs {seeds_text(n)})" for h, n in state["no_more_seeds"].items())
+            needs = "; ".join(f"{h} (needs {seeds_text(n)} at its observed effect)"
+                              for h, n in state["no_more_seeds"].items())
             print(f"open claims left at the seeds they have, since --max-seeds {state['sequential']['max_seeds']} "
-                  f"would not decide them at their observed effect and spread: {needs}", file=sys.stderr)
+                  f"would decide them with a chance below {FUTILITY_POWER:.0%} were their true difference "
+                  f"delta (conditional power): {needs}", file=sys.stderr)
     print(f"next: {report_command(args, study.name, state['parent_run_id'])}", file=sys.stderr)
     return 1 if state["errored"] else 0
 
