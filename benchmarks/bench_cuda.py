@@ -81,6 +81,9 @@ TINY = dict(patch_size=8, encoder_width=32, encoder_depth=1, encoder_heads=2, de
             batch_size=8, precision="bf16")
 TINY_DIGITS = dict(patch_size=4, encoder_width=16, encoder_depth=1, encoder_heads=2, decoder_width=8,
                    decoder_depth=1, decoder_heads=2, batch_size=8)  # M=4, k=1: 4 masks per image
+# --tiny's trial: the smoke trial shrunk further (its evaluators all run; its numbers mean nothing)
+TINY_TRIAL = dict(TINY_DIGITS, train_limit=64, test_limit=16, steps=4, risk_exact_budget=8, risk_mc_masks=2,
+                  **{"eval.finetune_steps": 2, "eval.scratch_max_steps": 4})
 PARTS = ("peak", "vit_flops", "ours_eager", "peer_eager", "trainer_loop", "digits", "exact_risk", "trial",
          "compile_cost", "ours_compiled", "peer_compiled")
 DEFAULT_RUN_UPDATES = 2_000  # the default digits run, which compile=auto decides for in compile_cost
@@ -435,6 +438,8 @@ class Bench:
         reference = study.reference_cell()
         config = next(c for c in study.configs() if c.mask_ratio == reference["mask_ratio"]
                       and c.seed == study.seeds[0]).with_updates(device=self.device.type)
+        if self.tiny:  # every evaluator's code path, in seconds: the smoke trial took minutes on two cores
+            config = config.with_updates(**TINY_TRIAL)
         data = prepare_data(config)
         self.put("trial", "trial_mask_ratio", config.mask_ratio)
         self.put("trial", "trial_steps", config.steps)
