@@ -8,6 +8,7 @@ import contextlib
 import io
 
 import pytest
+import torch
 
 from studies.cli import main
 from studies.cli.run import gpus_of_trials_per_gpu
@@ -25,6 +26,9 @@ def test_without_the_flag_the_gpus_per_trial_stand():
 @pytest.mark.parametrize("flags, says", [
     (["--trials-per-gpu", "2", "--gpus-per-trial", "0.5"], "--trials-per-gpu 2 with --gpus-per-trial 0.5: give one"),
     (["--trials-per-gpu", "0"], "--trials-per-gpu 0: must be a whole number of trials, at least 1"),
+    pytest.param(["--trials-per-gpu", "2"],
+                 "--trials-per-gpu 2 (0.5 GPU per trial): each trial asks for 0.5 GPU(s) but this machine has 0",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a GPU refuses it")),
 ])
 def test_bad_trials_per_gpu_is_one_line_and_exit_2(tmp_path, flags, says):
     err = io.StringIO()
