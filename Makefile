@@ -75,10 +75,19 @@ bench: $(STAMP)
 
 # Wheels the bare GPU image lacks, for benchmarks/gpu_check.sh (carried by the device tool).
 # Needs only pip (no .venv): python3 -m pip download.
+# The second set: `mae-study train` (MLflow on SQLite: MLflow's dataset inputs need pandas, the
+# reconstruction figures matplotlib) with every dependency the image may lack, less numpy and
+# pillow (torch's and torchvision's, on the image) and the first set's wheels: the two sets are
+# about 60 MB, under the device check's 64 MiB carry (the last line says how much).
+GPU_PLATFORMS = --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64
 gpu-wheels:
 	python3 -m pip download --quiet --only-binary=:all: --python-version 3.12 --no-deps -d .gpu-wheels \
 	  -c constraints.txt pydantic pydantic_core annotated-types typing-inspection typing_extensions pyyaml \
 	  rich markdown-it-py mdurl Pygments
+	python3 -m pip download --quiet --only-binary=:all: --python-version 3.12 $(GPU_PLATFORMS) -d .gpu-wheels/mlflow \
+	  -c constraints.txt mlflow-skinny sqlalchemy alembic matplotlib pandas
+	cd .gpu-wheels/mlflow && rm -f numpy-*.whl pillow-*.whl $$(cd .. && ls *.whl)
+	du -sh .gpu-wheels
 
 clean:
 	rm -rf $(VENV) $(TIMM_VENV) build *.egg-info

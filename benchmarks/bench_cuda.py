@@ -15,8 +15,16 @@ parts, each guarded on its own (an error is recorded with its part, and the next
    sampling, the divergence watch and logging included), per update from two run lengths;
 4. ``digits``: the default digits run (2,000 updates): training seconds and its exact test risk;
 5. ``exact_risk``: the exact masked risk on digits, (image, mask) pairs per second;
-6. ``ours_compiled``, ``peer_compiled``: both steps under ``torch.compile`` (last: the longest).
-``summary`` (ours' best against the peer's *best*) is derived from whatever was measured.
+6. ``trial``: one mask_ratio trial (the study's reference cell, first seed; its smoke size with
+   --tiny) without MLflow: pretraining and the whole evaluation (risks, probes, baselines,
+   fine-tuning), each timed, and where the probes ran (issue 36);
+7. ``compile_cost``: the digits model in the trainer's own loop (its update captured in a CUDA
+   graph where the trainer captures it), eager and compiled: compile's cost (the compiled run's
+   extra seconds, cold and warm inductor cache) and its gain per update, and what
+   ``compile=auto`` (:mod:`mae_core.compile_policy`) would decide from them for the default run;
+8. ``ours_compiled``, ``peer_compiled``: both steps under ``torch.compile`` (last: the longest).
+``summary`` (ours' best against the peer's *best*; ViT-B/16's compile cost, gain per update and
+break-even from ``ours_eager`` and ``ours_compiled``) is derived from whatever was measured.
 
 How it times: device work with CUDA events around each of at least 10 repetitions after a
 warm-up (``time.perf_counter`` on a CPU), the median reported; the peak takes the fastest
@@ -59,7 +67,8 @@ from mae_core.models import build_model
 from mae_core.objectives import empirical_mae_risk, masked_mse
 from mae_core.patches import patchify
 from mae_core.precision import autocast
-from mae_core.train import batch_target, build_optimizer, prepare_data, train
+from mae_core.compile_policy import CompileCost, decide, model_class
+from mae_core.train import batch_target, build_optimizer, prepare_data, train, update_plan
 
 RESULTS = Path("benchmarks") / "results"
 MIN_REPS = 10  # every timed quantity is at least this many repetitions
@@ -72,8 +81,12 @@ TINY = dict(patch_size=8, encoder_width=32, encoder_depth=1, encoder_heads=2, de
             batch_size=8, precision="bf16")
 TINY_DIGITS = dict(patch_size=4, encoder_width=16, encoder_depth=1, encoder_heads=2, decoder_width=8,
                    decoder_depth=1, decoder_heads=2, batch_size=8)  # M=4, k=1: 4 masks per image
-PARTS = ("peak", "vit_flops", "ours_eager", "peer_eager", "trainer_loop", "digits", "exact_risk",
-         "ours_compiled", "peer_compiled")
+# --tiny's trial: the smoke trial shrunk further (its evaluators all run; its numbers mean nothing)
+TINY_TRIAL = dict(TINY_DIGITS, train_limit=64, test_limit=16, steps=4, risk_exact_budget=8, risk_mc_masks=2,
+                  **{"eval.finetune_steps": 2, "eval.scratch_max_steps": 4})
+PARTS = ("peak", "vit_flops", "ours_eager", "peer_eager", "trainer_loop", "digits", "exact_risk", "trial",
+         "compile_cost", "ours_compiled", "peer_compiled")
+DEFAULT_RUN_UPDATES = 2_000  # the default digits run, which compile=auto decides for in compile_cost
 # The default budget on a GPU: the device check's whole run must end within 8 minutes, and
 # gpu_check.sh gives the bench 300 s of them (then stops it; every value measured stays written).
 # A part that would start after this many seconds is skipped, and recorded as skipped. None of
@@ -144,7 +157,19 @@ def summary(record: Record) -> dict[str, Any]:
             for side in ("ours", "peer")}
     ratio = best["ours"] / best["peer"] if best["ours"] and best["peer"] else None
     return {"ours_best_images_per_s": best["ours"], "peer_best_images_per_s": best["peer"],
-            "ours_best_vs_peer_best": ratio}
+            "ours_best_vs_peer_best": ratio, **vit_compile_summary(record)}
+
+
+def vit_compile_summary(record: Record) -> dict[str, Any]:
+    """ViT-B/16's compile cost and gain from the bare steps (uncaptured): the compiled step's first
+    call minus an eager step, and the eager step minus the compiled one; {} until both ran."""
+    eager, compiled = record.value("ours_eager_step_ms"), record.value("ours_compiled_step_ms")
+    first = record.value("ours_compiled_first_step_s")
+    if not (eager and compiled and first):
+        return {}
+    cost = CompileCost(compile_s=first - eager / 1000, gain_s=(eager - compiled) / 1000)
+    return {"vit_compile_s": cost.compile_s, "vit_compile_gain_ms": 1000 * cost.gain_s,
+            "vit_compile_break_even_updates": cost.break_even if cost.gain_s > 0 else None}
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -388,7 +413,9 @@ class Bench:
         config = self._digits_config(steps=4 if self.tiny else 2000)
         data = prepare_data(config)
         self.put("digits", "digits_steps", config.steps)
-        self.put("digits", "digits_compiled", config.compile_enabled)
+        graph = update_plan(config, self.device).graph
+        self.put("digits", "digits_cuda_graph", graph)
+        self.put("digits", "digits_compiled", config.compile_enabled_on(self.device.type, graph=graph))
         self.put("digits", "tf32", torch.get_float32_matmul_precision() != "highest")
         result: dict[str, Any] = {}
         seconds = wall(lambda: result.update(run=train(config, data)), self.device)
@@ -398,6 +425,82 @@ class Bench:
         risk = empirical_mae_risk(result["run"].model, test, config.num_visible, config.target)
         self.put("digits", "digits_test_mae_risk", risk.value)
         self.put("digits", "digits_test_mae_risk_exact", risk.exact)
+
+    def trial(self) -> None:
+        """One mask_ratio trial as a study runs it, without MLflow: ``train`` then
+        :func:`evaluation.evaluate_trial` (every evaluator of the trial's config), each timed."""
+        from evaluation import evaluate_trial
+        from evaluation.probes import probes_on_device
+        from studies.registry import get_study
+
+        study = get_study("mask_ratio")
+        study = study.smoke() if self.tiny else study
+        reference = study.reference_cell()
+        config = next(c for c in study.configs() if c.mask_ratio == reference["mask_ratio"]
+                      and c.seed == study.seeds[0]).with_updates(device=self.device.type)
+        if self.tiny:  # every evaluator's code path, in seconds: the smoke trial took minutes on two cores
+            config = config.with_updates(**TINY_TRIAL)
+        data = prepare_data(config)
+        self.put("trial", "trial_mask_ratio", config.mask_ratio)
+        self.put("trial", "trial_steps", config.steps)
+        self.put("trial", "trial_probes_on_device", probes_on_device("auto", self.device))
+        result: dict[str, Any] = {}
+        self.put("trial", "trial_pretrain_s", wall(lambda: result.update(run=train(config, data)), self.device))
+        self.put("trial", "trial_eval_s", wall(
+            lambda: result.update(metrics=evaluate_trial(result["run"].model, config, data)), self.device))
+        self.put("trial", "trial_s", self.record.value("trial_pretrain_s") + self.record.value("trial_eval_s"))
+        for name in ("probe_linear_acc", "probe_knn_acc", "finetune_acc", "test_mae_risk"):
+            if name in result["metrics"]:
+                self.put("trial", f"trial_{name}", result["metrics"][name])
+
+    @contextlib.contextmanager
+    def _trainer_compile_backend(self) -> Iterator[None]:
+        """The trainer's ``torch.compile`` with this bench's backend (``eager`` with --tiny on a
+        CPU: dynamo's capture without a C++ compile), restored after."""
+        original = torch.compile
+        if self.backend != "inductor":
+            torch.compile = functools.partial(original, backend=self.backend)
+        try:
+            yield
+        finally:
+            torch.compile = original
+
+    def compile_cost(self) -> None:
+        """compile's cost and gain for the digits model in the trainer's loop, host clock. Per
+        update: (T(long) - T(short)) / (long - short) of warm runs, eager and compiled; cost: the
+        first compiled run (cold cache) minus the eager run of the same length, less the gain
+        over its updates; ``warm``: the same from a second compiled run."""
+        short, long = (2, 6) if self.tiny else (100, 600)
+        base = self._digits_config(steps=DEFAULT_RUN_UPDATES if not self.tiny else 4, checkpoint_every=0)
+        data = prepare_data(base)
+        graph = update_plan(base, self.device).graph
+
+        def run(compiled: bool, steps: int) -> float:
+            config = base.with_updates(compile=compiled, steps=steps, log_every=max(1, steps // 4))
+            return wall(lambda: train(config, data), self.device)
+
+        self.put("compile_cost", "compile_updates_short_long", [short, long])
+        self.put("compile_cost", "compile_cuda_graph", graph)
+        with self._trainer_compile_backend():
+            run(False, short)  # warm-up: cuDNN/cuBLAS heuristics, allocator
+            eager_short = run(False, short)
+            eager_update = (run(False, long) - eager_short) / (long - short)
+            cold = run(True, short)
+            warm = run(True, short)
+            compiled_update = (run(True, long) - warm) / (long - short)
+        gain = eager_update - compiled_update
+        # cold = eager_short + compile - short·gain: the compiled run's updates were each faster
+        cost = CompileCost(compile_s=cold - eager_short + short * gain, gain_s=gain,
+                           source=f"bench_cuda compile_cost, {self.record.data['meta']['device']}")
+        self.put("compile_cost", "compile_eager_update_ms", 1000 * eager_update)
+        self.put("compile_cost", "compile_compiled_update_ms", 1000 * compiled_update)
+        self.put("compile_cost", "compile_gain_ms", 1000 * gain)
+        self.put("compile_cost", "compile_cold_s", cost.compile_s)
+        self.put("compile_cost", "compile_warm_s", warm - eager_short + short * gain)
+        self.put("compile_cost", "compile_break_even_updates", cost.break_even if gain > 0 else None)
+        decision = decide(self.device.type, DEFAULT_RUN_UPDATES, encoder_width=base.encoder_width, graph=graph,
+                          recorded={(self.device.type, model_class(base.encoder_width), graph): cost})
+        self.put("compile_cost", "compile_auto_would_compile_default_run", decision.compile)
 
     def exact_risk(self, cap_s: float = 40.0) -> None:
         """Up to 500 training images (2 with --tiny), fewer when a probe on a few says the timed

@@ -10,7 +10,8 @@ scale the head is trained by plain SGD with momentum 0.9 on the same schedule, a
 size is chosen on the validation split (``eval.bn_linear_lrs``), like the logistic regression's C.
 
 The head trains where ``device`` says (the trial's device): the features and labels are moved
-there once, every minibatch is indexed there, and each accuracy is one host read (issue 26).
+there once, every minibatch is indexed there, and a path of step sizes reads the host once, for
+all its accuracies (issues 26, 36).
 
 Shapes: ``N`` images, ``F`` feature width, ``K`` classes.
 """
@@ -75,26 +76,39 @@ def _on(values: np.ndarray | torch.Tensor, dtype: torch.dtype, device: torch.dev
     return to_device(torch.as_tensor(values, dtype=dtype), device)
 
 
-def train_bn_linear(train_x: np.ndarray | torch.Tensor, train_y: np.ndarray | torch.Tensor, *, lr: float,
-                    seed: int, recipe: BNLinearRecipe = BNLinearRecipe(), num_classes: int | None = None,
-                    device: torch.device | str | None = None) -> nn.Sequential:
-    """The head fitted to features ``[N,F]`` (N ≥ 2) and labels ``[N]``, in eval mode, on
-    ``device`` (default: where ``train_x`` is).
+@dataclass(frozen=True)
+class _Draws:
+    """What a seed draws for one fit, on the host: the head's initial weight ``[K,F]`` and the
+    minibatch order of every epoch ``[epochs,N]``. Every step size of a path starts from the
+    same draws, so they are drawn (and cross to the device) once per path, not once per fit."""
 
-    Minibatches of ``min(batch_size, N)`` images drawn without replacement each epoch (the
-    remainder dropped, as MAE's loader does: BatchNorm never sees a batch of one); step size
-    ``lr·batch/256`` after a linear warm-up of ``warmup_epochs``, cosine to 0 at the end. The
-    order is drawn on the host from the seed (the same batches on every device) and crosses
-    once per epoch; nothing is read back while the head trains.
-    """
-    device = torch.device(device) if device is not None else torch.as_tensor(train_x[:0]).device
-    x, y = _on(train_x, torch.float32, device), _on(train_y, torch.long, device)
-    if len(x) < 2:
-        raise ValueError(f"the bn_linear head needs at least 2 training images for BatchNorm, got {len(x)}")
-    generator = torch.Generator().manual_seed(seed)
-    classes = int(y.max()) + 1 if num_classes is None else num_classes  # a host read only without num_classes
-    head = bn_linear_head(x.shape[1], classes, generator, device)
+    weight: torch.Tensor
+    orders: torch.Tensor
+
+    @classmethod
+    def of(cls, seed: int, features: int, classes: int, n: int, epochs: int) -> _Draws:
+        generator = torch.Generator().manual_seed(seed)
+        weight = nn.init.trunc_normal_(torch.empty(classes, features), std=INIT_STD, generator=generator)
+        orders = torch.stack([torch.randperm(n, generator=generator) for _ in range(epochs)]) if epochs else \
+            torch.empty(0, n, dtype=torch.long)
+        return cls(weight, orders)
+
+    def to(self, device: torch.device) -> _Draws:
+        return _Draws(to_device(self.weight, device), to_device(self.orders, device))
+
+
+def _fit(x: torch.Tensor, y: torch.Tensor, draws: _Draws, *, lr: float, recipe: BNLinearRecipe) -> nn.Sequential:
+    """The head trained on device features ``x [N,F]`` and labels ``y [N]`` from ``draws`` (on
+    the same device): SGD with momentum, no host read and no host-to-device copy."""
+    device = x.device
+    classes, features = draws.weight.shape
+    # skip_init: the weight is the seed's draw, so no default initialisation (nor global RNG) is spent
+    head = nn.Sequential(nn.BatchNorm1d(features, affine=False, eps=BN_EPS, device=device),
+                         nn.utils.skip_init(nn.Linear, features, classes, device=device))
     linear = head[1]
+    with torch.no_grad():
+        linear.weight.copy_(draws.weight)
+        linear.bias.zero_()
     # Weight decay on the linear weight only (MAE decays no bias; BatchNorm here has no parameters).
     optimizer = torch.optim.SGD([{"params": [linear.weight], "weight_decay": recipe.weight_decay},
                                  {"params": [linear.bias], "weight_decay": 0.0}], lr=0.0, momentum=MOMENTUM)
@@ -104,8 +118,7 @@ def train_bn_linear(train_x: np.ndarray | torch.Tensor, train_y: np.ndarray | to
     peak = lr * batch / 256
     head.train()
     step = 0
-    for _ in range(recipe.epochs):
-        order = to_device(torch.randperm(len(x), generator=generator), device)
+    for order in draws.orders:
         for i in range(per_epoch):
             index = order[i * batch:(i + 1) * batch]
             for group in optimizer.param_groups:
@@ -118,11 +131,31 @@ def train_bn_linear(train_x: np.ndarray | torch.Tensor, train_y: np.ndarray | to
     return head.eval()
 
 
-def _score(head: nn.Module, test_x: torch.Tensor, test_y: torch.Tensor) -> float:
-    """Accuracy of ``head`` on device features and labels: one host read."""
+def train_bn_linear(train_x: np.ndarray | torch.Tensor, train_y: np.ndarray | torch.Tensor, *, lr: float,
+                    seed: int, recipe: BNLinearRecipe = BNLinearRecipe(), num_classes: int | None = None,
+                    device: torch.device | str | None = None) -> nn.Sequential:
+    """The head fitted to features ``[N,F]`` (N ≥ 2) and labels ``[N]``, in eval mode, on
+    ``device`` (default: where ``train_x`` is).
+
+    Minibatches of ``min(batch_size, N)`` images drawn without replacement each epoch (the
+    remainder dropped, as MAE's loader does: BatchNorm never sees a batch of one); step size
+    ``lr·batch/256`` after a linear warm-up of ``warmup_epochs``, cosine to 0 at the end. The
+    initial weight and every epoch's order are drawn on the host from the seed (the same head
+    and batches on every device) and cross once; nothing is read back while the head trains.
+    """
+    device = torch.device(device) if device is not None else torch.as_tensor(train_x[:0]).device
+    x, y = _on(train_x, torch.float32, device), _on(train_y, torch.long, device)
+    if len(x) < 2:
+        raise ValueError(f"the bn_linear head needs at least 2 training images for BatchNorm, got {len(x)}")
+    classes = int(y.max()) + 1 if num_classes is None else num_classes  # a host read only without num_classes
+    draws = _Draws.of(seed, x.shape[1], classes, len(x), recipe.epochs).to(device)
+    return _fit(x, y, draws, lr=lr, recipe=recipe)
+
+
+def _correct(head: nn.Module, test_x: torch.Tensor, test_y: torch.Tensor) -> torch.Tensor:
+    """How many of the test images ``head`` classifies right: a 0-d count left on the device."""
     with torch.inference_mode():
-        correct = (head(test_x).argmax(1) == test_y).sum()
-    return float(correct) / len(test_y)
+        return (head(test_x).argmax(1) == test_y).sum()
 
 
 def bn_linear_path(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
@@ -130,15 +163,21 @@ def bn_linear_path(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
                    device: torch.device | str | None = None) -> list[float]:
     """Test accuracy of the head trained on ``device`` (default the CPU) at each base step size
     of ``lrs`` (same seed: same initialisation and batches); a single-class training split gives
-    the constant rule. The features and labels cross to the device once for every fit."""
+    the constant rule. The features, labels and the seed's draws cross to the device once for
+    the whole path, and the accuracies come back in one host read (issue 36: a sync per step
+    size was one more than the path needs)."""
     if np.unique(train_y).size < 2:  # nothing to separate, as the logistic probe
         return [float(np.mean(test_y == train_y[0]))] * len(lrs)
+    if len(train_x) < 2:
+        raise ValueError(f"the bn_linear head needs at least 2 training images for BatchNorm, got {len(train_x)}")
     classes = int(max(np.max(train_y), np.max(test_y))) + 1
     device = torch.device("cpu") if device is None else torch.device(device)
     train_x, train_y = _on(train_x, torch.float32, device), _on(train_y, torch.long, device)
     test_x, test_y = _on(test_x, torch.float32, device), _on(test_y, torch.long, device)
-    return [_score(train_bn_linear(train_x, train_y, lr=lr, seed=seed, recipe=recipe, num_classes=classes),
-                   test_x, test_y) for lr in lrs]
+    draws = _Draws.of(seed, train_x.shape[1], classes, len(train_x), recipe.epochs).to(device)
+    correct = torch.stack([_correct(_fit(train_x, train_y, draws, lr=lr, recipe=recipe), test_x, test_y)
+                           for lr in lrs])
+    return [count / len(test_y) for count in correct.tolist()]
 
 
 def bn_linear_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,

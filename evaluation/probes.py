@@ -32,6 +32,9 @@ Pretraining itself reads no labels, and uses the whole training split.
 Where it runs (issue 26): features, fine-tuning and the bn_linear head run on the model's device;
 a split's patches and labels cross to it once (not blocking the host), every minibatch is
 indexed there, and each result is one host read (the features scikit-learn fits on, an accuracy).
+On CUDA (issue 36) the features stay there too: the logistic regression and the kNN vote are
+fitted in torch on the device (:mod:`evaluation.torch_probes`, the same choices on the same
+validation split); on the CPU scikit-learn fits them, as before.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from mae_core.devices import to_device
 from mae_core.models import build_model
 from mae_core.train import PatchData
 
+from . import torch_probes
 from .baselines import BaselineCache, baseline_key
 from .finetune_recipe import depends_on_length, finetune_lr, layer_groups
 from .linear_head import BNLinearRecipe, bn_linear_accuracy, bn_linear_head, bn_linear_path
@@ -70,6 +74,12 @@ FEWSHOT_DRAWS = EvalConfig.model_fields["fewshot_draws"].default
 FINETUNE_LR = EvalConfig.model_fields["finetune_lr"].default
 FINETUNE_BATCH = EvalConfig.model_fields["finetune_batch_size"].default
 LOGISTIC_MAX_ITER = 1000  # lbfgs iterations; a large C that has not converged is still a candidate
+# Features ``[N,F]``: a numpy array on the host (scikit-learn fits the probes) or a tensor on the
+# model's device (torch fits them there: :mod:`evaluation.torch_probes`; issue 36).
+Features = np.ndarray | torch.Tensor
+# Who fits the frozen probes: auto = torch where the model is on CUDA, scikit-learn elsewhere (the
+# pinned CPU numbers); torch or sklearn force one (a test runs the torch probes on the CPU).
+PROBE_BACKENDS = ("auto", "sklearn", "torch")
 
 # ------------------------------------------------------------------- pure probes (numpy in)
 
@@ -90,12 +100,16 @@ def linear_probe_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.n
     return _linear_path(train_x, train_y, test_x, test_y, (C,))[0]
 
 
-def _linear_path(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
+def _linear_path(train_x: Features, train_y: np.ndarray, test_x: Features, test_y: np.ndarray,
                  grid: Sequence[float]) -> list[float]:
     """Test accuracy of the linear probe at each C of ``grid`` (ascending), one regularisation
-    path: each fit starts from the previous solution (the same optimum, fewer iterations)."""
+    path: each fit starts from the previous solution (the same optimum, fewer iterations).
+    Features in a torch tensor are fitted by :func:`evaluation.torch_probes.logistic_path` on
+    their device, a numpy array by scikit-learn."""
     if np.unique(train_y).size < 2:  # nothing to separate: the only sensible rule is the constant one
         return [float(np.mean(test_y == train_y[0]))] * len(grid)
+    if isinstance(train_x, torch.Tensor):
+        return torch_probes.logistic_path(train_x, train_y, test_x, test_y, grid, max_iter=LOGISTIC_MAX_ITER)
     scaler = StandardScaler().fit(train_x)
     train_z, test_z = scaler.transform(train_x), scaler.transform(test_x)
     probe = LogisticRegression(max_iter=LOGISTIC_MAX_ITER, warm_start=True)
@@ -107,9 +121,12 @@ def _linear_path(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, t
     return scores
 
 
-def knn_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
+def knn_accuracy(train_x: Features, train_y: np.ndarray, test_x: Features, test_y: np.ndarray,
                  k: int = 20) -> float:
-    """k-nearest-neighbour vote under cosine distance (k capped at the training size)."""
+    """k-nearest-neighbour vote under cosine distance (k capped at the training size); torch
+    features vote on their device (:func:`evaluation.torch_probes.knn_accuracy`)."""
+    if isinstance(train_x, torch.Tensor):
+        return torch_probes.knn_accuracy(train_x, train_y, test_x, test_y, k)
     knn = KNeighborsClassifier(n_neighbors=min(k, len(train_x)), metric="cosine")
     with _one_blas_thread():
         knn.fit(train_x, train_y)
@@ -266,11 +283,12 @@ def _device(model: nn.Module) -> torch.device:
 
 
 def extract_features(model: nn.Module, patches: torch.Tensor, batch_size: int = FEATURE_BATCH,
-                     pool: str = "auto", blocks: int | None = None) -> np.ndarray:
+                     pool: str = "auto", blocks: int | None = None, on_device: bool = False) -> Features:
     """``patches [N,M,q] -> float32 [N,F]`` on the CPU, in batches, without gradients; ``pool``
     (``eval.features``) picks mean-pooled tokens, the class token or both (``auto``: the
     model's own ``features``); ``blocks``: after the first b encoder blocks (``eval.probe_blocks``).
-    The patches cross to the model's device once and the features come back once."""
+    The patches cross to the model's device once and the features come back once (``on_device``:
+    they stay there, a tensor for the torch probes)."""
     device = _device(model)
     patches = to_device(patches, device)
     options = {**({"pool": pool} if pool != "auto" else {}), **({"blocks": blocks} if blocks is not None else {})}
@@ -280,29 +298,44 @@ def extract_features(model: nn.Module, patches: torch.Tensor, batch_size: int = 
 
     with _eval_mode(model), torch.inference_mode():
         parts = [features(patches[i:i + batch_size]).float() for i in range(0, len(patches), batch_size)]
+    if on_device:
+        return torch.cat(parts).clone()  # clone: a normal tensor (not an inference one) for the probes
     return torch.cat(parts).cpu().numpy()
 
 
-def pixel_features(patches: torch.Tensor) -> np.ndarray:
-    """The raw-pixel baseline's features: ``patches [N,M,q] -> float32 [N, M·q]``."""
-    return patches.reshape(len(patches), -1).float().numpy()
+def pixel_features(patches: torch.Tensor, device: torch.device | None = None) -> Features:
+    """The raw-pixel baseline's features: ``patches [N,M,q] -> float32 [N, M·q]``, a numpy array
+    (``device=None``) or a tensor on ``device`` for the torch probes."""
+    flat = patches.reshape(len(patches), -1).float()
+    return flat.numpy() if device is None else to_device(flat, device)
+
+
+def probes_on_device(backend: str, device: torch.device) -> bool:
+    """Whether the torch probes fit on ``device`` (``backend`` of :data:`PROBE_BACKENDS`)."""
+    if backend not in PROBE_BACKENDS:
+        raise ValueError(f"probe backend {backend!r}: one of {', '.join(PROBE_BACKENDS)}")
+    return backend == "torch" or (backend == "auto" and device.type == "cuda")
 
 
 def frozen_probes(model: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
-                  seed: int, prefix: str = "probe_", blocks: int | None = None) -> dict[str, float]:
+                  seed: int, prefix: str = "probe_", blocks: int | None = None,
+                  backend: str = "auto") -> dict[str, float]:
     """:func:`feature_probes` on ``model``'s frozen features of ``data`` (``settings.features``);
     ``blocks=b``: of the features after the first b encoder blocks, every name suffixed
-    ``_block<b>`` (:func:`evaluation.metrics.block_metric_name`)."""
-    pool = settings.features
+    ``_block<b>`` (:func:`evaluation.metrics.block_metric_name`). With the torch probes
+    (:func:`probes_on_device`) the features stay on the model's device and are fitted there."""
+    pool, device = settings.features, _device(model)
+    on_device = probes_on_device(backend, device)
     metrics = feature_probes(
-        extract_features(model, data.train_patches, pool=pool, blocks=blocks), data.train_labels.numpy(),
-        extract_features(model, data.test_patches, pool=pool, blocks=blocks), data.test_labels.numpy(),
-        split, settings, seed=seed, prefix=prefix, device=_device(model))
+        extract_features(model, data.train_patches, pool=pool, blocks=blocks, on_device=on_device),
+        data.train_labels.numpy(),
+        extract_features(model, data.test_patches, pool=pool, blocks=blocks, on_device=on_device),
+        data.test_labels.numpy(), split, settings, seed=seed, prefix=prefix, device=device)
     return metrics if blocks is None else {block_metric_name(k, blocks): v for k, v in metrics.items()}
 
 
 def layer_probes(model: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
-                 seed: int, final: dict[str, float]) -> dict[str, float]:
+                 seed: int, final: dict[str, float], backend: str = "auto") -> dict[str, float]:
     """The frozen probes after each block of ``settings.probe_blocks`` (``probe_*_block<b>``):
     the same probes, choices and pooling as the final layer's, on the tokens after b blocks with
     the encoder's final norm applied. The features after ``encoder_depth`` blocks are the
@@ -313,7 +346,7 @@ def layer_probes(model: nn.Module, data: PatchData, split: ValidationSplit, sett
         if blocks == _depth(model):
             metrics.update({block_metric_name(k, blocks): v for k, v in final.items()})
         else:
-            metrics.update(frozen_probes(model, data, split, settings, seed=seed, blocks=blocks))
+            metrics.update(frozen_probes(model, data, split, settings, seed=seed, blocks=blocks, backend=backend))
     return metrics
 
 
@@ -545,15 +578,18 @@ def tuned_finetune(model: nn.Module, data: PatchData, split: ValidationSplit, se
 
 
 def baseline_metrics(fresh: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
-                     seed: int, options: dict) -> dict[str, float]:
+                     seed: int, options: dict, backend: str = "auto") -> dict[str, float]:
     """The baselines of :func:`probe_metrics` (names in :data:`evaluation.baselines.BASELINE_PREFIXES`):
     the frozen probes of ``fresh`` (:func:`random_init_model`) and of raw pixels, and, with
     ``finetune_steps > 0``, training ``fresh`` from scratch for as many updates and for the
     candidate length best on validation (:func:`tuned_finetune`), refitted on the whole training split."""
     train_y, test_y = data.train_labels.numpy(), data.test_labels.numpy()
-    metrics = frozen_probes(fresh, data, split, settings, seed=seed, prefix="random_probe_")
-    metrics.update(feature_probes(pixel_features(data.train_patches), train_y, pixel_features(data.test_patches),
-                                  test_y, split, settings, seed=seed, prefix="pixel_probe_", device=_device(fresh)))
+    device = _device(fresh)
+    metrics = frozen_probes(fresh, data, split, settings, seed=seed, prefix="random_probe_", backend=backend)
+    pixels_on = device if probes_on_device(backend, device) else None
+    metrics.update(feature_probes(pixel_features(data.train_patches, pixels_on), train_y,
+                                  pixel_features(data.test_patches, pixels_on), test_y, split, settings, seed=seed,
+                                  prefix="pixel_probe_", device=device))
     if settings.finetune_steps > 0:
         metrics["random_finetune_acc"] = finetune_accuracy(fresh, data, settings.finetune_steps, **options)
         accuracy, steps = tuned_finetune(fresh, data, split, settings, fixed_acc=metrics["random_finetune_acc"],
@@ -564,7 +600,8 @@ def baseline_metrics(fresh: nn.Module, data: PatchData, split: ValidationSplit, 
 
 
 def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: int | None = None,
-                  baselines: BaselineCache | None = None, **overrides) -> dict[str, float]:
+                  baselines: BaselineCache | None = None, probe_backend: str = "auto",
+                  **overrides) -> dict[str, float]:
     """Every downstream metric of one trial (names are the MLflow metric names), with the
     settings of ``config.eval`` (``overrides`` replace some of them: ``finetune_steps=20``).
 
@@ -602,6 +639,8 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
     With ``baselines`` (a study's :class:`~evaluation.baselines.BaselineCache`) the baselines are
     read from a cell that computed them for the same key, or computed and kept for the others;
     the pretrained model's runs (``finetune_best_*`` included) are never cached.
+    ``probe_backend`` (:data:`PROBE_BACKENDS`): who fits the frozen probes; ``auto``: torch on
+    the model's device where that is CUDA (:mod:`evaluation.torch_probes`), scikit-learn elsewhere.
     """
     settings = EvalConfig(**{**config.eval.model_dump(), **overrides}) if overrides else config.eval
     seed = config.seed if seed is None else seed
@@ -610,8 +649,8 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
     split = validation_split(data.train_labels.numpy(), settings.val_fraction, seed)
     options = _finetune_options(settings, data, seed)
     pretrained = dict(options, layer_decay=settings.finetune_layer_decay)
-    metrics = frozen_probes(model, data, split, settings, seed=seed)
-    metrics.update(layer_probes(model, data, split, settings, seed=seed, final=metrics))
+    metrics = frozen_probes(model, data, split, settings, seed=seed, backend=probe_backend)
+    metrics.update(layer_probes(model, data, split, settings, seed=seed, final=metrics, backend=probe_backend))
     if settings.finetune_steps > 0:
         metrics["finetune_acc"] = finetune_accuracy(model, data, settings.finetune_steps, **pretrained)
         accuracy, steps = tuned_finetune(model, data, split, settings, fixed_acc=metrics["finetune_acc"],
@@ -625,7 +664,7 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
                                                                 blocks=settings.finetune_blocks, **pretrained)
 
     def compute_baselines() -> dict[str, float]:
-        return baseline_metrics(fresh, data, split, settings, seed=seed, options=options)
+        return baseline_metrics(fresh, data, split, settings, seed=seed, options=options, backend=probe_backend)
 
     if baselines is None:
         metrics.update(compute_baselines())

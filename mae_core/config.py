@@ -22,22 +22,24 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationErr
 from pydantic.fields import FieldInfo
 
 from . import registry
+from .compile_policy import FALLBACK_MIN_UPDATES, decide
 from .errors import UserError, first_problem, shown
 
-# torch.compile costs 40-60 s on a cold cache (5 s warm) and saved about 10% of a step on the
-# digits model and more on larger ones (``mae-study bench``: compile_break_even_steps); from
-# this many updates on it pays for itself even cold, so compile="auto" turns it on there.
-COMPILE_AUTO_MIN_STEPS = 20_000
-# On CUDA the break-even is much shorter: issue 26 reports that a ViT-B/16 MAE (224 px, batch
-# 256, bf16) on an H200 pays its compilation back after about 1,750 updates (measured by the
-# issue's author, not in this repository; ECOSYSTEM_NOTES: a 31 s compile, 27% -> 36% of peak).
-COMPILE_AUTO_MIN_STEPS_CUDA = 1_750
+# compile="auto" decides from measured compile cost and per-update gain where one is recorded
+# (mae_core.compile_policy, issue 36), else from these run lengths. torch.compile costs 40-60 s
+# on a cold cache (5 s warm) and saved about 10% of a step on the digits model on the CPU
+# (``mae-study bench``: compile_break_even_steps); from this many updates on it pays even cold.
+COMPILE_AUTO_MIN_STEPS = FALLBACK_MIN_UPDATES["cpu"]
+# On CUDA issue 26 reports that a ViT-B/16 MAE (224 px, batch 256, bf16) on an H200 pays its
+# compilation back after about 1,750 updates (measured by the issue's author, not in this
+# repository).
+COMPILE_AUTO_MIN_STEPS_CUDA = FALLBACK_MIN_UPDATES["cuda"]
 
 
 def compile_pays_off(device_type: str, steps: int) -> bool:
-    """``compile=auto``'s rule: compile a run of ``steps`` updates on ``device_type``
-    (``"cpu"``, ``"cuda"``) once it reaches that device class's break-even; any device
-    other than CUDA keeps the CPU's."""
+    """The fallback rule of ``compile=auto`` (no measurement recorded): compile a run of
+    ``steps`` updates on ``device_type`` (``"cpu"``, ``"cuda"``) once it reaches that device
+    class's run length; any device other than CUDA keeps the CPU's."""
     return steps >= (COMPILE_AUTO_MIN_STEPS_CUDA if device_type == "cuda" else COMPILE_AUTO_MIN_STEPS)
 
 
@@ -350,8 +352,9 @@ class Config(BaseModel):
     precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "auto", description="forward pass; auto = bf16 on CUDA, fp32 on the CPU")
     compile: Literal["auto"] | bool = Field(
-        "auto", description=f"torch.compile; auto: runs of >= {COMPILE_AUTO_MIN_STEPS} updates on the CPU, "
-                            f">= {COMPILE_AUTO_MIN_STEPS_CUDA} on CUDA")
+        "auto", description="torch.compile; auto: where updates × measured gain per update exceed the measured "
+                            f"compile cost; unmeasured: runs of >= {COMPILE_AUTO_MIN_STEPS} updates on the CPU, "
+                            f">= {COMPILE_AUTO_MIN_STEPS_CUDA} on CUDA, never a small model in a CUDA graph")
     # Issue 26: a small model's update is launch-bound on CUDA (the digits default: 846 aten
     # calls, 412 kernels per update), so the lever is one CUDA graph per update. The update can
     # only be captured when nothing in it reads a host value: step size and step count live on
@@ -557,10 +560,15 @@ class Config(BaseModel):
         """Whether the trainer compiles the model on :attr:`device_type` (see :meth:`compile_enabled_on`)."""
         return self.compile_enabled_on(self.device_type)
 
-    def compile_enabled_on(self, device_type: str) -> bool:
-        """``compile`` itself, or for ``auto`` the run's length against ``device_type``'s
-        break-even (:func:`compile_pays_off`)."""
-        return compile_pays_off(device_type, self.steps) if self.compile == "auto" else self.compile
+    def compile_enabled_on(self, device_type: str, graph: bool | None = None) -> bool:
+        """``compile`` itself, or for ``auto`` :func:`mae_core.compile_policy.decide` on
+        ``device_type`` for this run's length and model, its update captured in a CUDA graph as
+        ``graph`` says (None: as ``cuda_graph`` asks, on CUDA; the trainer passes what it did)."""
+        if self.compile != "auto":
+            return self.compile
+        if graph is None:
+            graph = device_type == "cuda" and self.cuda_graph is not False
+        return decide(device_type, self.steps, encoder_width=self.encoder_width, graph=graph).compile
 
     @property
     def warmup_updates(self) -> int:

@@ -680,7 +680,8 @@ def train(
 
     parts = UpdateParts(
         config=config, model=model, forward=(torch.compile(wrap_model(model, shard, device))
-                                             if config.compile_enabled_on(device.type) else wrap_model(model, shard, device)),
+                                             if config.compile_enabled_on(device.type, graph=plan.graph)
+                                             else wrap_model(model, shard, device)),
         optimizer=optimizer, scaler=scaler, images=DeviceImages(data.pretraining, device),
         patch_size=data.patch_size, sampler=sampler,
         # the loss is always fp32; a captured forward pass needs autocast without its weight cache

@@ -40,6 +40,7 @@ class RunOptions:
     # >1: each trial is a Ray Train TorchTrainer (DDP) on this many workers, each with
     # cpus_per_trial CPUs and gpus_per_trial GPUs; batch_size stays the global batch (studies.ddp)
     workers_per_trial: int = 1
+    trials_per_gpu: int | None = None  # --trials-per-gpu K: gpus_per_trial is 1/K (recorded on the parent)
     max_failures: int = 2  # Ray retries of a crashed trial (a diverging trial is not retried)
     scheduler: str = "fifo"  # fifo: every cell runs to the end; asha: stop poor trials early (exploration only)
     command: str | None = None  # the command line that started the study, for its report

@@ -46,6 +46,8 @@ def check_resources(options: RunOptions, available: dict[str, float], where: str
     """Refuse a per-trial request no node could ever meet: Ray would wait for it forever."""
     for name, asked in (("CPU", options.cpus_per_trial), ("GPU", options.gpus_per_trial)):
         flag = f"--{name.lower()}s-per-trial {asked:g}"
+        if name == "GPU" and options.trials_per_gpu is not None:  # the flag the user gave
+            flag = f"--trials-per-gpu {options.trials_per_gpu} ({asked:g} GPU per trial)"
         if options.workers_per_trial > 1:  # every worker of a trial asks for that share
             flag, asked = f"{flag} × --workers-per-trial {options.workers_per_trial}", asked * options.workers_per_trial
         if asked < 0 or (name == "CPU" and asked == 0):

@@ -153,6 +153,9 @@ def _create_parent(client, experiment_id: str, plan: StudyPlan, options: RunOpti
         # provenance a report states: the exact command and the driver's machine
         "machine": tracking.machine(), **({"command": options.command} if options.command else {}),
         "workers_per_trial": str(options.workers_per_trial),
+        # what each trial asked Ray for (a share of a GPU packs trials on it; issue 36)
+        "gpus_per_trial": f"{options.gpus_per_trial:g}",
+        **({"trials_per_gpu": str(options.trials_per_gpu)} if options.trials_per_gpu is not None else {}),
     })
     state = {"study": plan.study.name, "parent_run_id": parent, "name": name,
              "ray_path": str(options.out_dir / "ray" / name),

@@ -37,7 +37,7 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
     from ray import tune
 
     from mae_core.plugins import load_from_environment, load_plugins
-    from mae_core.train import NonFiniteError
+    from mae_core.train import NonFiniteError, resolve_device
 
     from .pretrained import PRETRAINED_DIR, PretrainedCache
     from .trial import run_trial, trial_run_name
@@ -62,6 +62,8 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
     context = ray.get_runtime_context()
     tags = {"study": study_name, "cell_id": cell, "ray_node_id": context.get_node_id(),
             "ray_gpu_ids": ",".join(context.get_accelerator_ids().get("GPU", [])),
+            # the device the trial trains and evaluates on: Ray makes its GPU(s) the visible ones
+            "trial_device": str(resolve_device(config.device)),
             "ray_trial_id": tune.get_context().get_trial_id(), "ray_worker_pid": str(os.getpid())}
     if workers is not None:
         from .ddp import CHECKPOINTS_DIR, train_on_workers

@@ -7,6 +7,7 @@ import functools
 import io
 import shutil
 import sqlite3
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,10 +87,12 @@ def run_cli(args: list[str], cwd: Path) -> Command:
 
 
 def own_ray() -> None:
-    """Shut down the shared Ray before a test starts a Ray of other resources or a cluster."""
-    import ray
+    """Shut down the shared Ray before a test starts a Ray of other resources or a cluster.
 
-    if ray.is_initialized():
+    Ray is looked up, never imported: a session that never imported it has no Ray to shut down,
+    and the device tests (benchmarks/gpu_check.sh) run on an image where it is not installed."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
         ray.shutdown()
 
 

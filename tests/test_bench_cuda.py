@@ -127,3 +127,21 @@ def test_the_tiny_bench_runs_every_part_on_the_cpu(tmp_path, monkeypatch):
     assert {name: entry["status"] for name, entry in data["parts"].items()} == dict.fromkeys(bench_cuda.PARTS, "ok")
     assert data["summary"]["ours_best_vs_peer_best"] > 0
     assert data["parts"]["digits"]["values"]["tf32"] is False  # the reported risk ran without TF32
+    trial = data["parts"]["trial"]["values"]  # issue 36: one mask_ratio trial, pretraining and evaluation
+    assert trial["trial_pretrain_s"] > 0 and trial["trial_eval_s"] > 0 and trial["trial_probes_on_device"] is False
+    assert 0 <= trial["trial_probe_linear_acc"] <= 1 and "trial_finetune_acc" in trial
+    compiled = data["parts"]["compile_cost"]["values"]
+    assert {"compile_cold_s", "compile_gain_ms", "compile_auto_would_compile_default_run"} <= compiled.keys()
+    assert {"vit_compile_s", "vit_compile_gain_ms"} <= data["summary"].keys()
+
+
+def test_vits_compile_cost_and_gain_come_from_its_eager_and_compiled_steps(tmp_path):
+    record = bench_cuda.Record(tmp_path, {"tiny": True, "device": "cpu", "date": "-", "torch": "-"})
+    assert bench_cuda.vit_compile_summary(record) == {}  # nothing measured: nothing derived
+    record.put("ours_eager", "ours_eager_step_ms", 60.0)
+    record.put("ours_compiled", "ours_compiled_step_ms", 40.0)
+    record.put("ours_compiled", "ours_compiled_first_step_s", 30.06)
+    derived = bench_cuda.vit_compile_summary(record)  # made-up values: the arithmetic, not a measurement
+    assert derived["vit_compile_s"] == pytest.approx(30.0) and derived["vit_compile_gain_ms"] == pytest.approx(20.0)
+    assert derived["vit_compile_break_even_updates"] == pytest.approx(1_500)
+    assert _read(tmp_path)["summary"]["vit_compile_gain_ms"] == pytest.approx(20.0)  # written with the record

@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--gpus-per-trial", type=float,
                      help="a GPU's share per trial, e.g. 0.125 packs 8 trials on one GPU (default: "
                           "0 without CUDA; with CUDA, one GPU shared by the trials that fit the CPUs, at most 8)")
+    run.add_argument("--trials-per-gpu", type=int, metavar="K",
+                     help="pack K trials on each GPU: every trial asks Ray for 1/K of one (instead of "
+                          "--gpus-per-trial 1/K; recorded on the study's parent run)")
     run.add_argument("--workers-per-trial", type=int, default=1,
                      help="train each trial on N Ray Train workers (DDP: gloo on CPUs, NCCL on GPUs), each with "
                           "--cpus-per-trial/--gpus-per-trial; batch_size stays the global batch, split evenly")

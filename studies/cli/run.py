@@ -24,7 +24,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     plan = plan_study(study, smoke=args.smoke, overrides=fixed, search=search)
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise UsageError(f"--max-concurrent {args.max_concurrent}: must be at least 1")
-    _check_workers(args.workers_per_trial, plan.cells, args.gpus_per_trial)
+    gpus_per_trial = gpus_of_trials_per_gpu(args.trials_per_gpu, args.gpus_per_trial)
+    _check_workers(args.workers_per_trial, plan.cells, gpus_per_trial)
     root = writable_folder(Path(args.out), "--out")
     from .common import check_readable_store
 
@@ -34,13 +35,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         out_dir=out, tracking_uri=args.tracking_uri or default_uri(root),
         experiment=args.experiment, smoke=args.smoke, resume=args.resume, address=args.address,
         max_concurrent=args.max_concurrent, cpus_per_trial=args.cpus_per_trial,
-        gpus_per_trial=(args.gpus_per_trial if args.gpus_per_trial is not None
+        gpus_per_trial=(gpus_per_trial if gpus_per_trial is not None
                         # several workers: one whole GPU each where CUDA is (NCCL wants a device per rank)
                         else float(default_gpus_per_trial(plan.num_trials, args.cpus_per_trial, args.address) > 0)
                         if args.workers_per_trial > 1
                         else default_gpus_per_trial(plan.num_trials, args.cpus_per_trial, args.address)),
         scheduler=args.scheduler, command=shlex.join(["mae-study", *args.argv]),
-        workers_per_trial=args.workers_per_trial,
+        workers_per_trial=args.workers_per_trial, trials_per_gpu=args.trials_per_gpu,
     )
 
     from ..interrupts import EXIT_INTERRUPTED, Interruption, sigterm_as_sigint
@@ -83,6 +84,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"next: {report_command(args, study.name, state['parent_run_id'])}", file=sys.stderr)
     return 1 if state["errored"] else 0
 
+
+
+def gpus_of_trials_per_gpu(trials_per_gpu: int | None, gpus_per_trial: float | None) -> float | None:
+    """The GPU share a trial asks Ray for: ``1/K`` for ``--trials-per-gpu K`` (K ≥ 1, not with
+    ``--gpus-per-trial``, which says the same another way), else ``--gpus-per-trial`` (None: the
+    default of :func:`~studies.preflight.default_gpus_per_trial`)."""
+    if trials_per_gpu is None:
+        return gpus_per_trial
+    if gpus_per_trial is not None:
+        raise UsageError(f"--trials-per-gpu {trials_per_gpu} with --gpus-per-trial {gpus_per_trial:g}: give one "
+                         "of them (--trials-per-gpu K asks for 1/K of a GPU per trial)")
+    if trials_per_gpu < 1:
+        raise UsageError(f"--trials-per-gpu {trials_per_gpu}: must be a whole number of trials, at least 1")
+    return 1.0 / trials_per_gpu
 
 
 def _check_workers(workers: int, cells: list[dict], gpus: float | None) -> None:
