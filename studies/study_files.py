@@ -228,7 +228,7 @@ paper: ""                  # the paper row or figure this mirrors, e.g. "MAE Tab
 doc: |
   What this study asks, in a sentence or two.
 base:                      # keys every trial shares (differences from the defaults)
-  dataset: digits          # digits | shapes | photos | cifar10:PATH | folder:PATH | npz:PATH
+  dataset: digits          # digits | shapes | photos | fashion_mnist | cifar10:PATH | folder:PATH | npz:PATH | idx:DIR
   steps: 1000
 axes:                      # full factorial: every combination is one trial per seed
   decoder_depth: [1, 2, 4]
