@@ -18,9 +18,14 @@ import pandas as pd
 
 from .claims import seeds_text
 from .markdown import markdown_table
+from .registration import DECLARED
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
+# claims.csv's declared labels in a phrase (docs/studies.md says it in full)
+DECLARED_TEXT = ("before: in the claims block hashed when the study started, its study file committed; after: "
+                 "written after the start or before registration was recorded, exploratory; unregistered: the "
+                 "study file was not committed")
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 # The order the studies are read in (the MAE paper's figures and tables, then the lesson).
 ORDER = ("mask_ratio", "objectives", "mask_token", "decoder_depth", "decoder_width", "target", "mask_sampling",
@@ -72,7 +77,7 @@ def claims_table(claims: pd.DataFrame, links: str | None = None) -> pd.DataFrame
         row.update({"claim": r.claim, "cell vs": f"{r.cell} vs {r.reference}", "n": int(r.n),
                     "effect [simultaneous interval]": _effect(r), "±delta": f"{r.delta:g}",
                     "adjusted p": _p_text(r),
-                    "verdict": f"**{r.verdict}**", "seeds needed": _needed(r)})
+                    "verdict": f"**{r.verdict}**", "seeds needed": _needed(r), "declared": r.declared})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -98,8 +103,9 @@ def _counts(claims: pd.DataFrame) -> str:
 
 
 def _declared(claims: pd.DataFrame) -> str:
-    when = set(claims["declared"])
-    return next(iter(when)) if len(when) == 1 else "; ".join(sorted(when))
+    """How many claims carry each ``declared`` label (before, after, unregistered)."""
+    counts = claims["declared"].value_counts()
+    return ", ".join(f"{counts[label]} {label}" for label in DECLARED if label in counts)
 
 
 def overview(folders: list[Path], links: str) -> str:
@@ -113,7 +119,8 @@ def overview(folders: list[Path], links: str) -> str:
     text = (f"{len(everything)} hypotheses in {len(folders)} reports: {_counts(everything)}. "
             f"Each report is one family (Holm); \"inconclusive\" is not \"no effect\": the last column "
             f"gives the seeds per cell that would decide it at the observed effect and spread"
-            + (f" (median {int(inconclusive['n_needed'].median())})." if len(inconclusive) else ".") + "\n\n")
+            + (f" (median {int(inconclusive['n_needed'].median())})." if len(inconclusive) else ".")
+            + f" Declared: {_declared(everything)} ({DECLARED_TEXT}).\n\n")
     return text + markdown_table(claims_table(everything, links))
 
 
@@ -127,7 +134,7 @@ def study_section(folder: Path) -> str:
     dataset = ", ".join(sorted(map(str, trials["dataset"].unique()))) if "dataset" in trials else "?"
     steps = ", ".join(map(str, sorted(trials["steps"].unique()))) if "steps" in trials else "?"
     head = (f"{title}\n\n[report]({folder.name}/) · {len(trials)} trials ({finished} finished), "
-            f"seeds {seeds[0]}-{seeds[-1]}, {dataset}, {steps} updates. Claims "
+            f"seeds {seeds[0]}-{seeds[-1]}, {dataset}, {steps} updates. Claims declared: "
             f"{_declared(claims)}; verdicts: {_counts(claims) or 'none'}.\n\n")
     return (head + markdown_table(_cell_table(trials)) + "\nMean ± sd over seeds.\n\n"
             + markdown_table(claims_table(claims)))
@@ -154,10 +161,12 @@ def main_readme(folders: list[Path]) -> str:
                      "hypotheses": len(claims),
                      **{v: int(counts.get(v, 0)) for v in ("better", "worse", "equivalent", "inconclusive")},
                      "seeds needed (median of the inconclusive)":
-                         seeds_text(open_["n_needed"].median()) if len(open_) else ""})
-    total = pd.concat(everything, ignore_index=True) if everything else pd.DataFrame(columns=["verdict"])
+                         seeds_text(open_["n_needed"].median()) if len(open_) else "",
+                     "declared": _declared(claims)})
+    total = pd.concat(everything, ignore_index=True) if everything else pd.DataFrame(columns=["verdict", "declared"])
     head = (f"{len(total)} hypotheses in {len(folders)} reports: {_counts(total) or 'none'}. Each report is one "
-            f"family (Holm); \"inconclusive\" is not \"no effect\". Every claim, its effect, interval and "
+            f"family (Holm); \"inconclusive\" is not \"no effect\". Declared: {_declared(total)} "
+            f"({DECLARED_TEXT}). Every claim, its effect, interval and "
             f"the seeds it needs: [docs/results](docs/results/README.md).\n\n")
     return head + markdown_table(pd.DataFrame(rows))
 

@@ -140,7 +140,7 @@ def load_study_file(path: str | Path) -> Study:
                       base=spec.base, axes=spec.axes or {}, seeds=tuple(spec.seeds), smoke_keys=spec.smoke,
                       smoke_axes=spec.smoke_axes, evaluation=spec.eval, reference=spec.reference,
                       zipped=zipped, smoke_zipped=smoke_zipped, search=search,
-                      claims=tuple(spec.claims or ()))
+                      claims=tuple(spec.claims or ()), source=str(path.resolve()))
         check_claims(spec.claims, study.grid_axes(), study.grid_zipped(), study.reference_cell())
         for grid in (study, study.smoke()):
             grid.configs()
