@@ -11,9 +11,9 @@ then the values in C order. Images are ``[N, H, W]``, labels ``[N]``.
 The files' own test split (``t10k``) is the test split, the same for every seed: a seed never
 re-splits a dataset that has one (:func:`mae_core.data.load_dataset`). A wrong magic number, a
 file shorter or longer than its header says, or image and label counts that differ are one line
-naming the file (:class:`~mae_core.formats.DataError`). Each file is read straight into its
-array (``readinto``: no second copy; Fashion-MNIST's 70,000 images in about half a second, most
-of it gunzip); a plain images file above the trial's ``data_ram_mb`` stays on disk, memory-mapped.
+naming the file (:class:`~mae_core.formats.DataError`). Each file's bytes become its array with
+``np.frombuffer`` (no copy; Fashion-MNIST's 70,000 images in about half a second, most of it
+gunzip); a plain images file above the trial's ``data_ram_mb`` stays on disk, memory-mapped.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from .formats import DataError, Splits, check_labels
 from .images import BYTE_VALUES, ImageStore
 
 UNSIGNED_BYTE = 0x08  # the header's type code for uint8 values
+CHUNK_BYTES = 8 * 2**20
 # (split, what, dimensions): the four files of a folder, by the names their publishers give them
 ROLES = (("train", "images", 3), ("train", "labels", 1), ("t10k", "images", 3), ("t10k", "labels", 1))
 
@@ -64,7 +65,7 @@ def _open(path: Path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
-def _header(data: bytes, path: Path, dims: int) -> tuple[tuple[int, ...], int]:
+def _header(data: bytes | bytearray, path: Path, dims: int) -> tuple[tuple[int, ...], int]:
     """The header at the start of ``data`` -> (shape, the offset where the values start)."""
     if len(data) < 4:
         raise DataError(f"idx file {path} is truncated: {len(data)} bytes, not even the 4-byte magic number")
@@ -98,26 +99,14 @@ def read_array(path: Path, dims: int, ram_bytes: int | None = None) -> np.ndarra
         return np.memmap(path, np.uint8, "r", offset=offset, shape=shape)
     try:
         with _open(path) as handle:
-            shape, _ = _header(handle.read(4 + 4 * dims), path, dims)
-            values = np.empty(shape, np.uint8)  # filled in place: writable, no second copy
-            length = _read_into(handle, memoryview(values).cast("B"))
-            if length == values.size:
-                length += len(handle.read())  # bytes beyond what the header declares
+            data = bytearray()  # grown as read, never sized from the header (a damaged one may say anything)
+            while chunk := handle.read(CHUNK_BYTES):
+                data += chunk
     except (OSError, EOFError, zlib.error) as error:  # a damaged or cut-off gzip stream
         raise DataError(f"cannot read idx file {path}: {error}") from None
-    _check_length(path, shape, length)
-    return values
-
-
-def _read_into(handle, buffer: memoryview) -> int:
-    """Fill ``buffer`` from ``handle`` until it is full or the file ends; the bytes read."""
-    filled = 0
-    while filled < len(buffer):
-        got = handle.readinto(buffer[filled:])
-        if not got:
-            break
-        filled += got
-    return filled
+    shape, offset = _header(data, path, dims)
+    _check_length(path, shape, len(data) - offset)
+    return np.frombuffer(data, np.uint8, offset=offset).reshape(shape)  # a writable view of the bytearray
 
 
 def _check_length(path: Path, shape: tuple[int, ...], length: int) -> None:

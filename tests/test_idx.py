@@ -64,6 +64,13 @@ def test_idx_folder_reads_as_written(tmp_path, gz, dotted):
     assert Config(dataset=spec).num_patches == 49
 
 
+def test_plain_files_above_the_memory_ceiling_stay_on_disk(tmp_path):
+    written = write_idx(tmp_path / "d")
+    data = load_dataset(f"idx:{tmp_path / 'd'}", ram_mb=0)
+    assert data.train.on_disk and data.test.on_disk
+    assert np.array_equal(data.train.stored(np.array([3, 1]))[:, 0], written[("train", "images")][[3, 1]])
+
+
 def test_the_files_test_split_is_the_same_for_every_seed(tmp_path):
     written = write_idx(tmp_path / "d")
     spec = f"idx:{tmp_path / 'd'}"
