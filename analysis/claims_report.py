@@ -23,6 +23,7 @@ from .claims import (ALPHA, CLAIM_COLUMNS, EXACT_COLUMNS, EXTRA_COLUMNS, FUTILIT
                      resolve_claims, seeds_text)
 from .markdown import markdown_table
 from .partial_share import share_sentences
+from .registration import DECLARED, MEANINGS, declared_labels
 from .sequential import Plan, decide_sequential
 
 # Colour-blind-safe (seaborn "colorblind"): green better, vermilion worse, blue equivalent, grey open.
@@ -52,9 +53,12 @@ def _unmeasured(frame: pd.DataFrame, claims: list[dict]) -> tuple[list[dict], li
     return kept, skipped
 
 
-def decide(frame: pd.DataFrame, study: str, info: dict, raw_claims: Sequence[dict], declared: str) -> Claims:
+def decide(frame: pd.DataFrame, study: str, info: dict, raw_claims: Sequence[dict], note: str = "") -> Claims:
     """Decide ``raw_claims`` (as the study file spells them) on ``frame`` against the grid in
-    ``info``; ``declared`` says when they were written ("before the run", or after)."""
+    ``info``, each labelled in column ``declared`` (``before``, ``after`` or ``unregistered``:
+    :func:`analysis.registration.declared_labels` on ``info``'s parent tags); ``note`` says more
+    about when they were written, in the paragraph above the table."""
+    labels = declared_labels(raw_claims, info)
     claims, skipped = resolve_claims(list(raw_claims), info)
     claims, unmeasured = _unmeasured(frame, claims)
     sequential = info.get("sequential")
@@ -63,26 +67,35 @@ def decide(frame: pd.DataFrame, study: str, info: dict, raw_claims: Sequence[dic
         axes = [a for a in info.get("axes", []) if a in frame]
         plan = Plan.from_dict(sequential["plan"])
         max_seeds = plan.max_seeds
-        table = decide_sequential(frame, claims, axes, plan, sequential["looks"], study, declared)
+        table = decide_sequential(frame, claims, axes, plan, sequential["looks"], study, note)
     else:
         if info.get("added_outside_plan"):
-            declared += (f"; seeds {', '.join(map(str, info['added_outside_plan']))} were added after a look "
-                         f"outside a sequential plan and are pooled: the error rate of these verdicts is not "
-                         f"controlled")
-        table = decide_claims(frame, claims, study, declared)
-    text = " ".join([claims_text(table, declared, info.get("smoke", False), max_seeds), *share_sentences(frame)])
+            added = ", ".join(map(str, info["added_outside_plan"]))
+            note += (f"{'; ' if note else ''}seeds {added} were added after a look outside a sequential plan and "
+                     f"are pooled: the error rate of these verdicts is not controlled")
+        table = decide_claims(frame, claims, study, note)
+    if len(table):  # decide_claims' column of words becomes each claim's label
+        table["declared"] = table["claim"].map(labels)
+    text = " ".join([claims_text(table, note, info.get("smoke", False), max_seeds), *share_sentences(frame)])
     return Claims(table, text, skipped + unmeasured)
 
 
-def claims_text(table: pd.DataFrame, declared: str, smoke: bool = False, max_seeds: int | None = None) -> str:
-    """The paragraph above the claims table: how they were decided and what each word means
-    (``max_seeds``: the sequential plan's maximum seeds per cell, for a run with looks)."""
+def registration_text(table: pd.DataFrame, note: str = "") -> str:
+    """When the claims were written: how many of each ``declared`` label, what each means, and
+    ``note`` (more about when, such as claims written from the paper's rows after the trials)."""
+    counts = table["declared"].value_counts()
+    labels = "; ".join(f"{counts[label]} {label} ({MEANINGS[label]})" for label in DECLARED if label in counts)
+    more = f" {note[0].upper()}{note[1:]}." if note else ""
+    return f"Claims by when they were declared (column declared): {labels}.{more}"
+
+
+def claims_text(table: pd.DataFrame, note: str = "", smoke: bool = False, max_seeds: int | None = None) -> str:
+    """The paragraph above the claims table: when they were declared (``note``: more about it),
+    how they were decided and what each word means (``max_seeds``: the sequential plan's maximum
+    seeds per cell, for a run with looks)."""
     if not len(table):
         return "The study declares no claim that these trials can decide."
     m = int(table["family_size"].iloc[0])
-    when = ("declared in the study file before the run" if declared == "before the run" else
-            f"declared {declared}: written from the paper's rows, not chosen after reading these numbers, "
-            "but not fixed before the trials ran")
     if "look" in table:  # a sequential run: each row is the look that decided it, or the last one
         family = (f"Decided at the looks of a sequential plan whose looks spend α = {ALPHA} in all: each row "
                   f"is the look that decided its hypothesis, or the last look; each difference is the cell "
@@ -107,7 +120,7 @@ def claims_text(table: pd.DataFrame, declared: str, smoke: bool = False, max_see
                   f"for equivalent (it lies inside ±delta), k the step's divisor (column ci_level; "
                   f"{1 - ALPHA / max(m, 1):.2%} at the first step).")
         threshold = f"{ALPHA}"
-    text = (f"Claims {when}. {family} Verdicts: better or worse (adjusted p < "
+    text = (f"{registration_text(table, note)} {family} Verdicts: better or worse (adjusted p < "
             f"{threshold}, in the metric's better sense: higher accuracy, lower risk); equivalent (the paired "
             f"TOST within ±delta, adjusted, < {threshold}: any difference is smaller than the smallest "
             f"effect of interest); inconclusive otherwise, which is not evidence of no effect: n needed "
@@ -159,7 +172,7 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
                      "±delta": f"{r.delta:g}", "verdict": r.verdict,
                      "n needed": "" if r.verdict != "inconclusive" else seeds_text(r.n_needed),
                      "n exact": _n_exact(r), "exact": _exact_word(r),
-                     "declared": r.direction, "mixed model": r.model_verdict})
+                     "direction": r.direction, "mixed model": r.model_verdict, "declared": r.declared})
     return pd.DataFrame(rows)
 
 
@@ -177,7 +190,8 @@ def _exact_word(row) -> str:
 def forest_plot(table: pd.DataFrame, width: float | str = "full") -> plt.Figure:
     """Each hypothesis' effect and simultaneous interval, in units of its delta and oriented so
     that right is better (higher accuracy, lower risk), against the ±delta band; the verdict is
-    the marker's colour and the word on the right."""
+    the marker's colour and the word on the right, the claim's ``declared`` label is in brackets
+    after its name."""
     inches = figures._width(width)
     rows = len(table)
     with figures._styled():
@@ -194,7 +208,9 @@ def forest_plot(table: pd.DataFrame, width: float | str = "full") -> plt.Figure:
                 ax.plot([low, high], [y, y], color=colour, lw=1.4, zorder=2)
             ax.plot([r.effect * scale], [y], VERDICT_MARKERS[r.verdict], color=colour, ms=4.5, zorder=3,
                     mfc="white" if r.verdict == "inconclusive" else colour)
-            labels.append(f"{r.claim}\n{r.cell} vs {r.reference}" if inches > 4 else r.claim)
+            # when the claim was declared (before, after, unregistered) beside its name
+            claim = f"{r.claim} [{r.declared}]"
+            labels.append(f"{claim}\n{r.cell} vs {r.reference}" if inches > 4 else claim)
             ax.annotate(r.verdict, xy=(1.0, y), xycoords=("axes fraction", "data"), xytext=(4, 0),
                         textcoords="offset points", va="center", fontsize=7, color=colour)
         ax.set_yticks(range(rows), labels, fontsize=7)

@@ -52,6 +52,9 @@ server instead.
 ## Runs, tags and params
 
 - A study is a parent run tagged `study=<name>`; each trial is a child run (`mlflow.parentRunId`).
+- A study's parent run holds its declared claims (`claims`) and, from its start, `claims_sha256`
+  (their canonical JSON's SHA-256) and `study_file_commit` (the commit of the unchanged study
+  file, or `uncommitted`): what a report's `declared` column reads ([studies.md](studies.md#what-declared-means)).
 - A trial's params are its full resolved config, evaluation settings included (every key of
   [configuration.md](configuration.md)).
 - MLflow's standard source tags (`mlflow.source.git.commit`, ...) and the trial's dataset as an

@@ -28,6 +28,8 @@ from evaluation.metrics import (COMPUTE_METRICS, DIAGNOSTIC_METRICS, DOWNSTREAM_
 from mae_core.config import EVAL_PREFIX, Config, EvalConfig
 from mae_core.errors import UserError
 
+from .registration import CLAIMS_HASH_TAG, COMMIT_TAG
+
 
 class ReportError(UserError):
     """A report cannot be made (no such study, no runs, unwritable folder): one line."""
@@ -274,8 +276,9 @@ def load_study_info(tracking_uri: str, study: str, experiment: str = "mae-study"
     list of key -> values mappings; empty for none) and ``search`` (the search's algorithm,
     samples, metric, mode and space; None for a grid), ``claims`` (the study file's declared
     claims as written, empty for none), ``sequential`` (``--until-decided``: its plan and the
-    seeds each cell held at every look; None otherwise) and ``added_outside_plan`` (seeds added
-    by ``--add-seeds`` with no sequential plan)."""
+    seeds each cell held at every look; None otherwise), ``added_outside_plan`` (seeds added
+    by ``--add-seeds`` with no sequential plan) and, where the run recorded them when it started,
+    ``claims_sha256`` and ``study_file_commit`` (:mod:`analysis.registration`)."""
     parent, _ = _study_runs(tracking_uri, study, experiment, parent_run_id, smoke)
     tags = parent.data.tags
     try:
@@ -295,6 +298,8 @@ def load_study_info(tracking_uri: str, study: str, experiment: str = "mae-study"
             "reference": reference if isinstance(reference, dict) else None,
             "zip": [g for g in zipped or [] if isinstance(g, dict)], "search": search, "claims": claims,
             "sequential": {"plan": plan, "looks": looks or []} if plan else None,
+            # pre-registration (analysis.registration): absent from runs that predate it
+            **{key: tags[key] for key in (CLAIMS_HASH_TAG, COMMIT_TAG) if key in tags},
             "added_outside_plan": _json_tag(tags, "seeds_added_outside_plan", list) or []}
 
 

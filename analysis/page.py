@@ -111,6 +111,9 @@ def _claims(content: PageContent) -> list[str]:
     e = html.escape
     counts = ", ".join(f"{n} {e(v)}" for v, n in content.claims_table["verdict"].value_counts().items()) \
         if len(content.claims_table) else "none decided"
+    if len(content.claims_table) and "declared" in content.claims_table:  # when each claim was written
+        counts += "; declared: " + ", ".join(f"{n} {e(v)}" for v, n in
+                                             content.claims_table["declared"].value_counts().items())
     return ["<h2>Declared claims</h2>", f"<p>{e(content.claims_text)}</p>",
             *([_figure(content.claims_figure)] if content.claims_figure is not None else []),
             f"<p class='meta'>Verdicts: {counts}.</p>",

@@ -96,7 +96,8 @@ _Figure = page.Figure
 CLAIMS_CAPTION = ("Each declared claim's effect (cell − reference, paired by seed) with its simultaneous interval, "
                   "in units of the claim's smallest effect of interest and oriented so that right is better; "
                   "the grey band is ±delta. Colour and word: the verdict (better, worse, equivalent within "
-                  "±delta, inconclusive).")
+                  "±delta, inconclusive). In brackets after each claim: when it was declared (before: registered "
+                  "when the study started; after: exploratory; unregistered: its study file was not committed).")
 
 
 # --------------------------------------------------------------------------------- tables
@@ -639,7 +640,7 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
     info_path = write_study_info(info, out)  # with trials.csv, enough to rebuild the tables
     write_findings = _write_search_findings if info.get("search") else _write_findings
     findings, findings_paths = write_findings(frame, study, axes, info, out)
-    claims = claims_report.decide(frame, study, info, info.get("claims") or [], "before the run")
+    claims = claims_report.decide(frame, study, info, info.get("claims") or [])
     claim_paths, claims_png = claims_report.write_claims(claims, study, out, formats)
     display, table_paths = _write_tables(frame, study, by, out, info["run_id"])
     table, table_path = _write_paper_table(frame, study, axes, info, findings.reference, out)

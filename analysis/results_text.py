@@ -18,9 +18,14 @@ import pandas as pd
 
 from .claims import MAX_SEEDS, seeds_text
 from .markdown import markdown_table
+from .registration import DECLARED
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
+# claims.csv's declared labels in a phrase (docs/studies.md says it in full)
+DECLARED_TEXT = ("before: in the claims block hashed when the study started, its study file committed; after: "
+                 "written after the start or before registration was recorded, exploratory; unregistered: the "
+                 "study file was not committed")
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 # The order the studies are read in (the MAE paper's figures and tables, then the lesson).
 ORDER = ("mask_ratio", "objectives", "mask_token", "decoder_depth", "decoder_width", "target", "mask_sampling",
@@ -76,6 +81,7 @@ def claims_table(claims: pd.DataFrame, links: str | None = None) -> pd.DataFrame
                     "verdict": f"**{r.verdict}**", "seeds needed": _needed(r)})
         if exact:
             row["seeds for an exact decision"] = _exact(r)
+        row["declared"] = r.declared
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -163,8 +169,9 @@ COUNTING = ("Counted once per study: a study's own report (the folder named afte
 
 
 def _declared(claims: pd.DataFrame) -> str:
-    when = set(claims["declared"])
-    return next(iter(when)) if len(when) == 1 else "; ".join(sorted(when))
+    """How many claims carry each ``declared`` label (before, after, unregistered)."""
+    counts = claims["declared"].value_counts()
+    return ", ".join(f"{counts[label]} {label}" for label in DECLARED if label in counts)
 
 
 def overview(folders: list[Path], links: str) -> str:
@@ -181,7 +188,8 @@ def overview(folders: list[Path], links: str) -> str:
             f"{', '.join(f'{v} (of {s})' for v, s in variants.items()) or 'none'}. Each report is one family at "
             f"α = 0.05; \"inconclusive\" is not \"no effect\": the last column gives the seeds per cell that "
             f"would decide it at the observed effect and spread"
-            + (f" (median over the counted studies {median})." if median else ".") + "\n\n")
+            + (f" (median over the counted studies {median})." if median else ".")
+            + f" Declared: {_declared(total)} ({DECLARED_TEXT}).\n\n")
     return text + markdown_table(claims_table(everything, links))
 
 
@@ -198,7 +206,7 @@ def study_section(folder: Path) -> str:
     dataset = ", ".join(sorted(map(str, trials["dataset"].unique()))) if "dataset" in trials else "?"
     steps = ", ".join(map(str, sorted(trials["steps"].unique()))) if "steps" in trials else "?"
     head = (f"{title}\n\n[report]({folder.name}/) · {len(trials)} trials ({finished} finished), "
-            f"seeds {seeds[0]}-{seeds[-1]}, {dataset}, {steps} updates. Claims "
+            f"seeds {seeds[0]}-{seeds[-1]}, {dataset}, {steps} updates. Claims declared: "
             f"{_declared(claims)}; verdicts: {_counts(claims) or 'none'}.\n\n")
     return (head + markdown_table(_cell_table(trials)) + "\nMean ± sd over seeds.\n\n"
             + markdown_table(claims_table(claims)))
@@ -228,13 +236,15 @@ def main_readme(folders: list[Path]) -> str:
                      "paper": _paper(folder), "hypotheses": len(claims),
                      **{v: int(counts.get(v, 0)) for v in ("better", "worse", "equivalent", "inconclusive")},
                      f"capped (≥ {MAX_SEEDS})": _capped(claims),
-                     "seeds needed (median of the inconclusive below the cap)": _median_needed(claims)})
-    total = pd.concat(everything, ignore_index=True) if everything else pd.DataFrame(columns=["verdict", "n_needed"])
+                     "seeds needed (median of the inconclusive below the cap)": _median_needed(claims),
+                     "declared": _declared(claims)})
+    total = (pd.concat(everything, ignore_index=True) if everything
+             else pd.DataFrame(columns=["verdict", "n_needed", "declared"]))
     head = (f"{len(total)} hypotheses in {len(counted)} studies: {_counts(total) or 'none'}. {COUNTING} "
             f"Each report is one family at α = 0.05; \"inconclusive\" is not \"no effect\"; a capped one has "
             f"no seed count (n needed ≥ {MAX_SEEDS}, e.g. a trend shown to go both ways) and is left out of "
-            f"the medians. Every claim, its effect, interval and the seeds it needs: "
-            f"[docs/results](docs/results/README.md).\n\n")
+            f"the medians. Declared: {_declared(total)} ({DECLARED_TEXT}). Every claim, its effect, interval "
+            f"and the seeds it needs: [docs/results](docs/results/README.md).\n\n")
     return head + markdown_table(pd.DataFrame(rows))
 
 

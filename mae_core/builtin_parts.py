@@ -146,6 +146,18 @@ def _npz_shape(path: Path) -> tuple[int, int, int]:
     return tuple(int(v) for v in npz_layout(shape, path, "images")[1])
 
 
+def _idx(path: Path, ram_bytes: int):
+    from .idx import load_idx
+
+    return load_idx(path, ram_bytes)
+
+
+def _idx_shape(path: Path) -> tuple[int, int, int]:
+    from .idx import image_shape
+
+    return image_shape(path)
+
+
 def _folder(path: Path, ram_bytes: int):
     from .folders import load_folder
 
@@ -182,5 +194,7 @@ for _format in (
     DatasetFormat("cifar100_coarse", _cifar100(coarse=True), _fixed(_CIFAR_SHAPE), patch_size=4),
     DatasetFormat("stl10", _stl10, _fixed(_STL10_SHAPE), patch_size=8),
     DatasetFormat("imagenet", _imagenet, _imagenet_shape),
+    # no fixed patch: the image-size rule gives 4 at 28x28 (49 patches), as for a folder or npz
+    DatasetFormat("idx", _idx, _idx_shape),
 ):
     dataset_formats.register(_format.kind, _format)

@@ -283,7 +283,8 @@ class Config(BaseModel):
 
     # data
     dataset: str = Field("digits", description=" | ".join(
-        ("digits", "shapes", "photos", *(f"{kind}:PATH" for kind in registry.dataset_formats.names()))))
+        ("digits", "shapes", "photos", "fashion_mnist",
+         *(f"{kind}:PATH" for kind in registry.dataset_formats.names()))))
     train_limit: int | None = Field(None, ge=1, description="use at most this many training images (smoke runs)")
     test_limit: int | None = Field(None, ge=1, description="evaluate on at most this many test images")
     patch_size: int | None = Field(None, ge=1, description="pixels per patch side P; None = the dataset's default")

@@ -1,9 +1,12 @@
 """Datasets for the MAE studies: built-ins that need no download, and loaders for local files.
 
-A dataset is named by a spec string: a built-in (``digits``, ``shapes``, ``photos``) or
+A dataset is named by a spec string: a built-in (``digits``, ``shapes``, ``photos``), a named
+dataset found on this machine (``fashion_mnist``, :mod:`~mae_core.named_datasets`) or
 ``kind:PATH`` with kind in ``cifar10 | folder | npz | cifar100 | cifar100_coarse | stl10 |
-imagenet`` (readers in :mod:`~mae_core.formats` and :mod:`~mae_core.folders`) or a plugin's
-format (``@dataset_format``, :mod:`mae_core.registry`). Everything is
+imagenet | idx`` (readers in :mod:`~mae_core.formats`, :mod:`~mae_core.folders` and
+:mod:`~mae_core.idx`) or a plugin's format (``@dataset_format``, :mod:`mae_core.registry`). A
+dataset with a test split of its own (every format but a folder and an npz without
+``test_images``) keeps it, the same for every seed; the seed splits only a pool. Everything is
 loaded lazily and cached per (spec, seed, RAM ceiling). Images are kept as stored
 (:class:`~mae_core.images.ImageStore`: uint8 where the data are bytes, a quarter of float32's
 memory) and become float32 ``[N, C, H, W]`` a batch at a time, bitwise the values the loaders
@@ -34,6 +37,7 @@ whole.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import warnings
@@ -47,6 +51,7 @@ import torch
 from . import registry
 from .formats import DataError, Splits
 from .images import BYTE_VALUES, SIXTEENTHS, ImageStore
+from .named_datasets import NAMED, locate
 
 BUILTIN_DATASETS: tuple[str, ...] = ("digits", "shapes", "photos")
 # The file formats (``kind:PATH``) are the registry's (:mod:`mae_core.registry`, built-ins in
@@ -66,7 +71,7 @@ def __getattr__(name: str):
         return {**_BUILTIN_PATCH_SIZE, **{kind: formats.get(kind).patch_size for kind in formats.names()
                                           if formats.get(kind).patch_size is not None}}
     if name == "ALLOWED_FORMS":
-        return " | ".join((*BUILTIN_DATASETS, *(f"{kind}:PATH" for kind in formats.names())))
+        return " | ".join((*BUILTIN_DATASETS, *NAMED, *(f"{kind}:PATH" for kind in formats.names())))
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -126,6 +131,8 @@ def _parse(spec: str) -> tuple[str, Path | None]:
         raise DataError(f"dataset spec must be a string, got {type(spec).__name__}; allowed: {allowed}")
     if spec in BUILTIN_DATASETS:
         return spec, None
+    if spec in NAMED:  # its folder on this machine, or one line saying how to get it
+        return spec, locate(spec)
     kind, sep, path = spec.partition(":")
     if not sep or kind not in registry.dataset_formats:
         raise DataError(f"unknown dataset {spec!r}; allowed: {allowed}")
@@ -168,7 +175,7 @@ def dataset_image_shape(spec: str) -> tuple[int, int, int]:
 @functools.lru_cache(maxsize=32)
 def _file_image_shape(spec: str, _stamp: tuple) -> tuple[int, int, int]:
     kind, path = _parse(spec)
-    entry = registry.dataset_formats.get(kind)
+    entry = _format(kind)
     if entry.image_shape is not None:
         return tuple(entry.image_shape(path))
     return entry.load(path, 2**62).train.image_shape  # a format without a header probe: read once
@@ -181,7 +188,7 @@ def default_patch_size(spec: str) -> int:
     folder none of those fits), 4 if H and W are divisible by 4 and at least 8, else 2 if both
     are even, else 1."""
     kind, path = _parse(spec)
-    fixed = _BUILTIN_PATCH_SIZE[kind] if path is None else registry.dataset_formats.get(kind).patch_size
+    fixed = _BUILTIN_PATCH_SIZE[kind] if path is None else _format(kind).patch_size
     if fixed is not None:
         return fixed
     _, h, w = dataset_image_shape(spec)
@@ -242,8 +249,16 @@ def _builtin(kind: str, seed: int) -> Splits:
     return Splits(ImageStore(xtr, BYTE_VALUES), ytr, ImageStore(xte, BYTE_VALUES), yte, names)
 
 
+def _format(kind: str) -> registry.DatasetFormat:
+    """The file format that reads ``kind``: a registered one, or a named dataset's."""
+    return registry.dataset_formats.get(NAMED[kind].kind if kind in NAMED else kind)
+
+
 def _read_files(kind: str, path: Path, ram_bytes: int) -> Splits:
-    return registry.dataset_formats.get(kind).load(path, ram_bytes)
+    splits = _format(kind).load(path, ram_bytes)
+    if kind in NAMED:  # the publisher's class names, not the format's "0", "1", ...
+        splits = dataclasses.replace(splits, names=NAMED[kind].class_names)
+    return splits
 
 
 # ------------------------------------------------------------------------- duplicates

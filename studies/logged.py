@@ -74,13 +74,18 @@ def _patch_shape(images: ImageStore, patch_size: int) -> tuple[int, int, int]:
 
 def _source(spec: str):
     """Where the data came from: the file or folder a ``kind:PATH`` dataset names (a local
-    source); for a built-in dataset (made by code, no download), the loader that makes it."""
+    source) or a named dataset was found in; for a built-in dataset (made by code, no
+    download), the loader that makes it."""
     import warnings
 
     from mlflow.data.code_dataset_source import CodeDatasetSource
     from mlflow.data.dataset_source_registry import resolve_dataset_source
 
+    from mae_core.named_datasets import NAMED, locate
+
     kind, _, path = spec.partition(":")
+    if spec in NAMED:  # a named dataset: the folder it was read from
+        path = str(locate(spec))
     if not path:
         return CodeDatasetSource(tags={"loader": "mae_core.data.load_dataset", "dataset": kind})
     with warnings.catch_warnings():  # local paths match two registered sources (file: and none): same class

@@ -36,6 +36,7 @@ from .lifecycle import STATE_FILE, load_state, save_state
 from .planning import (BASELINES_DIR, RunOptions, StudyPlan, StudySetupError, plan_study, plan_tags,
                        shared_lengths, tune_space)
 from .preflight import available_resources, check_address, check_resources, check_resume, default_gpus_per_trial
+from .registration import registration_tags
 from .study import cell_id
 from .summary import log_study_summary
 from .trainable import trainable
@@ -156,6 +157,8 @@ def _create_parent(client, experiment_id: str, plan: StudyPlan, options: RunOpti
         # what each trial asked Ray for (a share of a GPU packs trials on it; issue 36)
         "gpus_per_trial": f"{options.gpus_per_trial:g}",
         **({"trials_per_gpu": str(options.trials_per_gpu)} if options.trials_per_gpu is not None else {}),
+        # pre-registration: the claims block's hash and the study file's commit (analysis.registration)
+        **registration_tags(plan.study),
     })
     state = {"study": plan.study.name, "parent_run_id": parent, "name": name,
              "ray_path": str(options.out_dir / "ray" / name),

@@ -124,6 +124,9 @@ class Study:
     # them against the grid; the parent run's ``claims`` tag carries them to the report).
     claims: tuple[dict[str, Any], ...] = ()
     is_smoke: bool = False  # :meth:`smoke` made it: its grid is the smoke grid, its reference may lie outside
+    # The study file it was read from (None: built in code); its git commit is recorded when the
+    # study starts (studies.registration), so a report can tell claims registered before the run
+    source: str | None = None
 
     def __post_init__(self) -> None:
         if self.reference is None or self.is_smoke:

@@ -138,7 +138,7 @@ def load_study_file(path: str | Path) -> Study:
                       base=spec.base, axes=spec.axes or {}, seeds=tuple(spec.seeds), smoke_keys=spec.smoke,
                       smoke_axes=spec.smoke_axes, evaluation=spec.eval, reference=spec.reference,
                       zipped=zipped, smoke_zipped=smoke_zipped, search=search,
-                      claims=tuple(spec.claims or ()))
+                      claims=tuple(spec.claims or ()), source=str(path.resolve()))
         check_claims(spec.claims, study.grid_axes(), study.grid_zipped(), study.reference_cell())
         for grid in (study, study.smoke()):
             grid.configs()
@@ -252,7 +252,7 @@ paper: ""                  # the paper row or figure this mirrors, e.g. "MAE Tab
 doc: |
   What this study asks, in a sentence or two.
 base:                      # keys every trial shares (differences from the defaults)
-  dataset: digits          # digits | shapes | photos | cifar10:PATH | folder:PATH | npz:PATH
+  dataset: digits          # digits | shapes | photos | fashion_mnist | cifar10:PATH | folder:PATH | npz:PATH | idx:DIR
   steps: 1000
 axes:                      # full factorial: every combination is one trial per seed
   decoder_depth: [1, 2, 4]

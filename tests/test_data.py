@@ -35,7 +35,7 @@ BUILTINS = {
 
 def test_constants_agree():
     assert BUILTIN_DATASETS == ("digits", "shapes", "photos")
-    assert FILE_DATASETS == ("cifar10", "folder", "npz", "cifar100", "cifar100_coarse", "stl10", "imagenet")
+    assert FILE_DATASETS == ("cifar10", "folder", "npz", "cifar100", "cifar100_coarse", "stl10", "imagenet", "idx")
     assert DEFAULT_PATCH_SIZE == {"digits": 2, "shapes": 4, "photos": 4, "cifar10": 4,
                                   "cifar100": 4, "cifar100_coarse": 4, "stl10": 8}
     assert set(BUILTINS) == set(BUILTIN_DATASETS)
@@ -437,7 +437,7 @@ def test_unknown_or_malformed_spec(spec):
         validate_dataset_name(spec)
     msg = str(err.value)
     assert "\n" not in msg
-    assert "digits | shapes | photos | cifar10:PATH | folder:PATH | npz:PATH" in msg
+    assert "digits | shapes | photos | fashion_mnist | cifar10:PATH | folder:PATH | npz:PATH" in msg
     if spec.startswith("mnist"):
         assert "mnist" in msg
 

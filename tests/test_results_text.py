@@ -31,7 +31,7 @@ def test_counts_are_per_study_with_variants_shown_once_and_capped_claims_said(tm
         folder = tmp_path / name
         folder.mkdir()
         pd.DataFrame({"study": study, "claim": [f"c{i}" for i in range(len(verdicts))], "verdict": verdicts,
-                      "n_needed": needed}).to_csv(folder / "claims.csv", index=False)
+                      "n_needed": needed, "declared": "after"}).to_csv(folder / "claims.csv", index=False)
         return folder
 
     own = report("mask_ratio", "mask_ratio", ["better", "inconclusive", "inconclusive", "inconclusive"],

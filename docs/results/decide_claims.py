@@ -5,8 +5,10 @@
 Writes claims.csv, claims.md and fig_claims.* into each report folder and rewrites its
 correlations.csv/.md under the current rules (at least 10 clusters, no p-values that treat trials
 as independent). A report whose run carried its claims (study.json's "claims") is decided with
-them, "declared before the run"; reports of runs that predate claims are decided with the claims
-its built-in study file declares now, and say so beside every verdict. Then run
+them; reports of runs that predate claims are decided with the claims its built-in study file
+declares now, and say so above the table. Every claim is labelled in the column declared as the
+report labels it (analysis.registration): these runs predate the tags that register claims at
+the start (claims_sha256, study_file_commit), so every one is "after". Then run
 `python -m analysis.results_text` to rewrite the results sections of the READMEs.
 """
 
@@ -21,14 +23,18 @@ from analysis.trials_file import load_trials
 from studies.registry import get_study
 
 HERE = Path(__file__).resolve().parent
-AFTER = "after the run, from the paper's rows (these trials predate declared claims)"
+AFTER = ("written after these trials ran, from the paper's rows (the trials predate declared claims), not chosen "
+         "after reading their numbers")
+UNTAGGED = ("these claims are the ones the run read from its study file (the parent's claims tag), but the run "
+            "predates the tags that register them when a study starts (claims_sha256, study_file_commit), so "
+            "nothing checkable shows they were committed before it")
 
 
 def decide_folder(folder: Path) -> str:
     frame, info = load_trials(folder / "trials.csv", folder.name, get_study)
     study = str(frame["study"].dropna().iloc[0]) if "study" in frame else folder.name
-    raw, declared = (info["claims"], "before the run") if info.get("claims") else (list(get_study(study).claims), AFTER)
-    claims = decide(frame, study, info, raw, declared)
+    raw, note = (info["claims"], UNTAGGED) if info.get("claims") else (list(get_study(study).claims), AFTER)
+    claims = decide(frame, study, info, raw, note)
     write_claims(claims, study, folder)
     axes = [a for a in info["axes"] if a in frame]
     _write_correlations(frame, study, axes, folder, smoke=bool(info.get("smoke")))

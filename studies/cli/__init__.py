@@ -7,7 +7,7 @@ Only light modules are imported here (the typed config imports no torch): torch,
 MLflow are imported inside the commands that use them, so ``--help``, ``--version`` and
 ``config`` answer at once.
 
-One module per command (train, run, report, evaluate, config, catalog, bench), the parser, the
+One module per command (train, run, report, evaluate, config, catalog, bench, fetch), the parser, the
 --plugin option (plugins), what they share (common) and the environment defaults (studies.environment).
 """
 

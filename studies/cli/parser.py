@@ -17,6 +17,7 @@ from .catalog import cmd_list, cmd_new_study
 from .common import DEFAULT_EXPERIMENT, DEFAULT_OUT, UsageError
 from .config import cmd_config
 from .evaluate import cmd_evaluate
+from .fetch import cmd_fetch
 from .report import cmd_report
 from .run import cmd_run
 from .train import cmd_train
@@ -130,6 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                        help="cuda: the GPU measurements (ViT-B/16 against transformers, digits run, exact risk)")
     bench.set_defaults(handler=cmd_bench)
+
+    fetch = commands.add_parser("fetch", help="download a named dataset's official files, checked by SHA-256")
+    fetch.add_argument("name", metavar="NAME", help="a named dataset: fashion_mnist")
+    fetch.add_argument("--to", metavar="DIR",
+                       help="the data folder; the files go to DIR/<dataset> (default: $MAE_STUDY_DATA, else "
+                            "~/.local/share/mae-study, where dataset=NAME looks first)")
+    fetch.set_defaults(handler=cmd_fetch)
 
     new_study = commands.add_parser("new-study", help="write a commented study file NAME.yaml")
     new_study.add_argument("name")
