@@ -9,26 +9,48 @@ from pathlib import Path
 
 from mae_core.config import Config, parse_overrides
 
-from .common import UsageError, default_uri, report_command, same_command, study_folder, writable_folder
+from .common import (UsageError, default_uri, removed_if_refused, report_command, same_command, study_folder,
+                     writable_folder)
+
+DEFAULT_MAX_SEEDS = 20  # --until-decided without --max-seeds
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ..registry import get_study
-    from ..runner import RunOptions, default_gpus_per_trial, plan_study
+    from ..runner import plan_study
     from ..search import split_ranges
 
     study = get_study(args.study)
     _check_seed_flags(args)
     search = _search_of(args, study)
+    if (args.until_decided or args.add_seeds) and search is not None:  # a search block in the study file
+        raise UsageError(f"{'--until-decided' if args.until_decided else '--add-seeds'}: study {study.name} "
+                         "searches (its file's search: block); seeds by need run a grid (fix every searched key "
+                         "with key=value, or drop the flag)")
     _, fixed = split_ranges(parse_overrides(args.overrides))  # key=value and key=v1,v2; ranges are search's
     plan = plan_study(study, smoke=args.smoke, overrides=fixed, search=search)
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise UsageError(f"--max-concurrent {args.max_concurrent}: must be at least 1")
     _check_workers(args.workers_per_trial, plan.cells, args.gpus_per_trial)
+    if args.until_decided:
+        from ..seeds import check_until_decided
+
+        check_until_decided(plan, _max_seeds(args))
+    root = Path(args.out)
+    with removed_if_refused(root, study_folder(root, study.name, args.smoke)):  # a refusal leaves no folder
+        return _run_checked(args, study, plan, search)
+
+
+def _run_checked(args: argparse.Namespace, study, plan, search) -> int:
+    """The study in its folder under ``--out``, once its input was checked."""
+    from ..runner import RunOptions, default_gpus_per_trial
+
     root = writable_folder(Path(args.out), "--out")
     out = writable_folder(study_folder(root, study.name, args.smoke), "--out")
+    tracking_uri = args.tracking_uri or default_uri(root)
+    _check_artifact_folder(tracking_uri, args.experiment, "--tracking-uri" if args.tracking_uri else "--out")
     options = RunOptions(
-        out_dir=out, tracking_uri=args.tracking_uri or default_uri(root),
+        out_dir=out, tracking_uri=tracking_uri,
         experiment=args.experiment, smoke=args.smoke, resume=args.resume, address=args.address,
         max_concurrent=args.max_concurrent, cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=(args.gpus_per_trial if args.gpus_per_trial is not None
@@ -69,6 +91,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                            if v in verdicts)
         print(f"looks: {len(state['looks'])} (seeds per cell at the last: up to "
               f"{max(state['looks'][-1].values(), default=0)}); claims: {counts or 'none decided'}", file=sys.stderr)
+        if state.get("stalled"):
+            print(f"looks stopped: {state['stalled']} (its trials failed or were not run)", file=sys.stderr)
         if state.get("no_more_seeds"):
             from analysis.claims import seeds_text
 
@@ -103,10 +127,28 @@ def _check_seed_flags(args: argparse.Namespace) -> None:
         raise UsageError("--until-decided and --add-seeds: choose one (--until-decided adds seeds itself)")
     if (args.until_decided or args.add_seeds) and (args.search or args.samples):
         raise UsageError("--until-decided/--add-seeds work on a grid, not with --search")
-    if args.until_decided and args.max_seeds < 2:
+    for flag, value in (("--max-seeds", args.max_seeds), ("--seed-batch", args.seed_batch)):
+        if value is not None and not args.until_decided:
+            raise UsageError(f"{flag} {value}: only with --until-decided (it sets how far seeds by need go)")
+    if args.until_decided and _max_seeds(args) < 2:
         raise UsageError(f"--max-seeds {args.max_seeds}: at least 2 seeds per cell")
     if args.seed_batch is not None and args.seed_batch < 1:
         raise UsageError(f"--seed-batch {args.seed_batch}: at least 1")
+
+
+def _max_seeds(args: argparse.Namespace) -> int:
+    return args.max_seeds if args.max_seeds is not None else DEFAULT_MAX_SEEDS
+
+
+def _check_artifact_folder(tracking_uri: str, experiment: str, what: str) -> None:
+    """The artifact folder beside a local store (``mlartifacts/``, and its experiment's folder
+    where they exist) takes files: checked now, not when the first trial logs its model."""
+    from ..tracking import default_artifact_root
+
+    root = default_artifact_root(tracking_uri)
+    for folder in ([Path(root), Path(root) / experiment] if root else []):
+        if folder.exists() or folder.is_symlink():
+            writable_folder(folder, what)
 
 
 
@@ -122,7 +164,7 @@ def _run(args: argparse.Namespace, plan, options, progress, interruption, metric
     if args.until_decided:
         from ..seeds import run_until_decided
 
-        return run_until_decided(plan, options, max_seeds=args.max_seeds, batch=args.seed_batch,
+        return run_until_decided(plan, options, max_seeds=_max_seeds(args), batch=args.seed_batch,
                                  progress_factory=progress_for, interruption=interruption)
     if args.add_seeds:
         from ..seeds import add_seeds, parse_seeds
