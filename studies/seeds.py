@@ -261,7 +261,8 @@ def run_until_decided(plan: StudyPlan, options: RunOptions, *, max_seeds: int, b
             if batch_ran and len(looks) == recorded:  # the batch added no finished trial
                 state["stalled"] = f"look {recorded + 1} would hold no trial that look {recorded} did not"
                 break
-            _record_look(client, state, len(looks), table, sequential, looks)
+            if len(looks) > recorded:  # (a look resumed after an interruption is on the parent run already)
+                _record_look(client, state, len(looks), table, sequential, looks)
             state.update(looks=looks)
             save_state(options.out_dir, state)
             _hold_for_tests(interruption)
@@ -315,6 +316,7 @@ def _reopen(client, options: RunOptions, state: dict[str, Any]) -> None:
     tracking.reopen(client, state["parent_run_id"])
     tracking.record_continuing_commit(client, state["parent_run_id"])
     state.pop("interrupted", None)
+    state["complete"] = True  # every trial ran (a further interruption marks it unfinished again)
     save_state(options.out_dir, state)
 
 
