@@ -167,7 +167,6 @@ def _record_look(client, state: dict[str, Any], look: int, table, sequential, lo
 
     from analysis.sequential import spent
 
-
     fullest = max(looks[-1].values(), default=0)
     decided = int(table["verdict"].isin(("better", "worse", "equivalent")).sum()) if len(table) else 0
     now = int(time.time() * 1000)
@@ -206,7 +205,7 @@ def new_rows(plan: StudyPlan, added: dict[str, list[int]], frame, axes: list[str
     run again (it would fail again, and its cell would ask for it at every look)."""
     from analysis.sequential import seeds_per_cell
 
-    ran = seeds_per_cell(frame.assign(status="FINISHED") if "status" in frame else frame, axes)
+    ran = seeds_per_cell(frame.drop(columns="status", errors="ignore"), axes)  # every state, not only FINISHED
     cells = _rows_of(plan)
     return [{**cells[cell], "seed": seed} for cell, seeds in added.items() for seed in seeds
             if seed not in ran.get(cell, ())]
@@ -399,8 +398,10 @@ def add_seeds(plan: StudyPlan, options: RunOptions, seeds: list[int], *, progres
 
             sequential = Plan.from_dict(state["sequential"])
             looks = [dict(look) for look in state.get("looks", [])]
+            recorded = len(looks)
             table, *_ = _look(options, full, state, sequential, looks)
-            _record_look(client, state, len(looks), table, sequential, looks)
+            if len(looks) > recorded:  # (not when the batch added no finished trial)
+                _record_look(client, state, len(looks), table, sequential, looks)
             state.update(looks=looks,
                          verdicts={row["hypothesis"]: row["verdict"] for row in table.to_dict("records")})
         else:

@@ -157,11 +157,12 @@ def test_a_refusal_leaves_no_study_folder_in_out(study_file, tmp_path, capsys):
     assert tree(tmp_path / "out") == []
 
 
-def test_an_artifact_folder_that_cannot_take_files_is_refused_before_training(study_file, tmp_path, capsys):
-    (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "mlartifacts").write_text("not a folder")  # root ignores a read-only mode; not this
+@pytest.mark.parametrize("folder", ["mlartifacts", "mlartifacts/mae-study", "seeds_by_need-smoke/ray"])
+def test_an_output_folder_that_cannot_take_files_is_refused_before_training(study_file, tmp_path, capsys, folder):
+    (tmp_path / "out" / folder).parent.mkdir(parents=True)
+    (tmp_path / "out" / folder).write_text("not a folder")  # root ignores a read-only mode; not this
     line = refused(tmp_path, capsys, "seeds_by_need.yaml")
-    assert line.startswith("mae-study: error: --out ") and "mlartifacts: cannot be written" in line, line
+    assert line.startswith("mae-study: error: --out ") and f"{folder}: cannot be written" in line, line
 
 
 # ---------------------------------------------------- the look loop ends when a look adds none

@@ -48,7 +48,7 @@ def _run_checked(args: argparse.Namespace, study, plan, search) -> int:
     root = writable_folder(Path(args.out), "--out")
     out = writable_folder(study_folder(root, study.name, args.smoke), "--out")
     tracking_uri = args.tracking_uri or default_uri(root)
-    _check_artifact_folder(tracking_uri, args.experiment, "--tracking-uri" if args.tracking_uri else "--out")
+    _check_output_folders(out, tracking_uri, args.experiment, "--tracking-uri" if args.tracking_uri else "--out")
     options = RunOptions(
         out_dir=out, tracking_uri=tracking_uri,
         experiment=args.experiment, smoke=args.smoke, resume=args.resume, address=args.address,
@@ -140,15 +140,19 @@ def _max_seeds(args: argparse.Namespace) -> int:
     return args.max_seeds if args.max_seeds is not None else DEFAULT_MAX_SEEDS
 
 
-def _check_artifact_folder(tracking_uri: str, experiment: str, what: str) -> None:
-    """The artifact folder beside a local store (``mlartifacts/``, and its experiment's folder
-    where they exist) takes files: checked now, not when the first trial logs its model."""
+def _check_output_folders(out: Path, tracking_uri: str, experiment: str, store_flag: str) -> None:
+    """The folders a study writes into that exist already take files: Ray's (``ray/``), the
+    shared baselines', the artifact folder beside a local store (``mlartifacts/`` and its
+    experiment's folder). Checked now, not when the first trial logs its model."""
+    from ..planning import BASELINES_DIR
     from ..tracking import default_artifact_root
 
-    root = default_artifact_root(tracking_uri)
-    for folder in ([Path(root), Path(root) / experiment] if root else []):
+    artifacts = default_artifact_root(tracking_uri)
+    folders = [(out / "ray", "--out"), (out / BASELINES_DIR, "--out"),
+               *([(Path(artifacts), store_flag), (Path(artifacts) / experiment, store_flag)] if artifacts else [])]
+    for folder, flag in folders:
         if folder.exists() or folder.is_symlink():
-            writable_folder(folder, what)
+            writable_folder(folder, flag)
 
 
 
