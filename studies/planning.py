@@ -99,6 +99,16 @@ def plan_study(study: Study, *, smoke: bool, overrides: dict[str, Any],
                      reference=study.reference_cell(overrides), zipped=zipped, search=search)
 
 
+def cell_settings(cells: list[dict[str, Any]]) -> list[str]:
+    """The distinct settings of ``cells``, seeds left out: a :func:`cell_id` of each cell's
+    resolved config (so ``lr=0.001`` typed on the command line is the file's ``lr: 0.001``).
+    What seeds added to a study must share with the trials it ran (``study.json``'s ``settings``)."""
+    def settings(cell: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in Config(**cell).model_dump(mode="json").items() if k != "seed"}
+
+    return sorted({cell_id(settings(cell)) for cell in cells})
+
+
 def check_data(configs: list[Config]) -> None:
     """Load each distinct dataset the configs name once: data problems surface here, not
     inside a Ray worker."""

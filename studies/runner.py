@@ -33,8 +33,8 @@ from mae_core.config import Config
 from . import tracking
 from .environment import quiet_libraries
 from .lifecycle import STATE_FILE, load_state, save_state
-from .planning import (BASELINES_DIR, RunOptions, StudyPlan, StudySetupError, plan_study, plan_tags,
-                       shared_lengths, tune_space)
+from .planning import (BASELINES_DIR, RunOptions, StudyPlan, StudySetupError, cell_settings, plan_study,
+                       plan_tags, shared_lengths, tune_space)
 from .preflight import available_resources, check_address, check_resources, check_resume, default_gpus_per_trial
 from .registration import registration_tags
 from .study import cell_id
@@ -101,7 +101,8 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None, interruption=
     """
     from mlflow.tracking import MlflowClient
 
-    state = None
+    state = extend  # a batch's study is recorded already: a signal from here on ends its parent KILLED
+    by_ray_sigterm = False
     try:
         check_address(options.address)
         available = available_resources(options.address)
@@ -120,16 +121,28 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None, interruption=
             save_state(options.out_dir, state)  # the batch is recorded before Ray starts: --resume finds it
         STOP_REQUESTED.clear()
         results = _fit(plan, options, state, progress, interruption)
-        interrupted = STOP_REQUESTED.is_set() or (interruption is not None and interruption.requested())
+        if not (STOP_REQUESTED.is_set() or (interruption is not None and interruption.requested())):
+            return _finish(client, experiment_id, plan, options, state, results)
     except KeyboardInterrupt:
-        interrupted = True
-    reason = interruption.reason if interruption is not None else "SIGINT"
-    if interrupted:
-        if state is not None:
-            tracking.mark_killed(MlflowClient(options.tracking_uri), state["parent_run_id"], reason)
-            state.update(complete=False, interrupted=reason)
-            save_state(options.out_dir, state)
-        raise StudyInterrupted(state, reason)
+        pass  # a signal outside Ray Tune's loop, or in the end's bookkeeping: the run is interrupted all the same
+    except SystemExit as stop:
+        if stop.code != signal.SIGTERM:
+            raise
+        # ray.init exits the driver on SIGTERM while it starts Ray (its own handler): an interruption
+        by_ray_sigterm = True
+        if interruption is not None:
+            interruption.signal_name = interruption.signal_name or "SIGTERM"
+    reason = interruption.reason if interruption is not None else "SIGTERM" if by_ray_sigterm else "SIGINT"
+    if state is not None:
+        tracking.mark_killed(MlflowClient(options.tracking_uri), state["parent_run_id"], reason)
+        state.update(complete=False, interrupted=reason)
+        save_state(options.out_dir, state)
+    raise StudyInterrupted(state, reason)
+
+
+def _finish(client, experiment_id: str, plan: StudyPlan, options: RunOptions, state: dict[str, Any],
+            results) -> dict[str, Any]:
+    """A study (or batch) whose trials all ran: counts, summary, the parent's end, ``complete``."""
     errored = sum(1 for r in results if r.error is not None)
     diverged = sum(1 for r in results if (r.metrics or {}).get("diverged") == 1.0)
     if not plan.batch:  # a batch's driver summarises the whole study once it has run
@@ -162,7 +175,8 @@ def _create_parent(client, experiment_id: str, plan: StudyPlan, options: RunOpti
     })
     state = {"study": plan.study.name, "parent_run_id": parent, "name": name,
              "ray_path": str(options.out_dir / "ray" / name),
-             "cells": sorted(cell_id(c) for c in plan.cells), "axes": plan.axes, "complete": False,
+             "cells": sorted(cell_id(c) for c in plan.cells), "settings": cell_settings(plan.cells),
+             "axes": plan.axes, "complete": False,
              "search": plan.search.describe() if plan.search is not None else None}
     save_state(options.out_dir, state)
     return state
@@ -198,6 +212,7 @@ def _fit(plan: StudyPlan, options: RunOptions, state: dict[str, Any], progress, 
     callbacks = [RayStopWatch(), *([progress] if progress is not None else [])]
     # Trials checkpoint every few seconds in smoke mode; Ray's advice to checkpoint less is noise here.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    handlers = _signal_handlers()  # Ray and Ray Tune replace them and leave theirs behind
     started = start_ray(options.address)
     if interruption is not None:
         interruption.forward_sigterm()
@@ -231,6 +246,18 @@ def _fit(plan: StudyPlan, options: RunOptions, state: dict[str, Any], progress, 
             import ray
 
             ray.shutdown()
+        _signal_handlers(handlers)
+
+
+def _signal_handlers(restore: dict | None = None) -> dict:
+    """The SIGINT and SIGTERM handlers (set to ``restore`` first when given). After a fit Ray
+    Tune's handler would only note a signal, so one between a sequential run's looks would be
+    lost: the caller's handlers come back once Ray Tune is done."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    for signum, handler in (restore or {}).items():
+        signal.signal(signum, handler)
+    return {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
 
 
 def _max_concurrent(options: RunOptions) -> int | None:

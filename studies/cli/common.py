@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -60,6 +62,21 @@ def writable_folder(path: Path, what: str) -> Path:
     except files.FolderNotWritable as error:
         raise UsageError(f"{what} {error}") from None
 
+
+
+@contextmanager
+def removed_if_refused(*folders: Path) -> Iterator[None]:
+    """A refusal (a :class:`UserError`) inside the block leaves none of ``folders`` that the block
+    created: those that did not exist before and are empty now are removed, deepest first."""
+    new = {path for folder in folders for path in (folder.absolute(), *folder.absolute().parents)
+           if not path.exists()}  # with the missing folders above them
+    try:
+        yield
+    except UserError:
+        for folder in sorted(new, key=lambda f: len(f.parts), reverse=True):
+            with suppress(OSError):  # not empty, or gone: left as it is
+                folder.rmdir()
+        raise
 
 
 def same_command(args: argparse.Namespace, *, resume: bool) -> str:

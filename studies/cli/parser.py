@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--until-decided", action="store_true",
                      help="after the study's seeds, add seeds only where a declared claim is undecided, by a "
                           "sequential plan fixed before the first look, until every claim is decided or --max-seeds")
-    run.add_argument("--max-seeds", type=int, default=20, help="--until-decided: at most this many seeds per cell "
+    run.add_argument("--max-seeds", type=int, help="--until-decided: at most this many seeds per cell "
                                                                "(default 20)")
     run.add_argument("--seed-batch", type=int, help="--until-decided: seeds added per look (default: the study's count)")
     run.add_argument("--add-seeds", metavar="SEEDS",

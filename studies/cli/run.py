@@ -9,30 +9,50 @@ from pathlib import Path
 
 from mae_core.config import Config, parse_overrides
 
-from .common import UsageError, default_uri, report_command, same_command, study_folder, writable_folder
+from .common import (UsageError, check_readable_store, default_uri, removed_if_refused, report_command,
+                     same_command, study_folder, writable_folder)
+
+DEFAULT_MAX_SEEDS = 20  # --until-decided without --max-seeds
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ..registry import get_study
-    from ..runner import RunOptions, default_gpus_per_trial, plan_study
+    from ..runner import plan_study
     from ..search import split_ranges
 
     study = get_study(args.study)
     _check_seed_flags(args)
     search = _search_of(args, study)
+    if (args.until_decided or args.add_seeds) and search is not None:  # a search block in the study file
+        raise UsageError(f"{'--until-decided' if args.until_decided else '--add-seeds'}: study {study.name} "
+                         "searches (its file's search: block); seeds by need run a grid (fix every searched key "
+                         "with key=value, or drop the flag)")
     _, fixed = split_ranges(parse_overrides(args.overrides))  # key=value and key=v1,v2; ranges are search's
     plan = plan_study(study, smoke=args.smoke, overrides=fixed, search=search)
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise UsageError(f"--max-concurrent {args.max_concurrent}: must be at least 1")
     gpus_per_trial = gpus_of_trials_per_gpu(args.trials_per_gpu, args.gpus_per_trial)
     _check_workers(args.workers_per_trial, plan.cells, gpus_per_trial)
-    root = writable_folder(Path(args.out), "--out")
-    from .common import check_readable_store
+    if args.until_decided:
+        from ..seeds import check_until_decided
 
-    check_readable_store(args.tracking_uri or default_uri(root))  # one line, before the study's folder exists
+        check_until_decided(plan, _max_seeds(args))
+    root = Path(args.out)
+    with removed_if_refused(root, study_folder(root, study.name, args.smoke)):  # a refusal leaves no folder
+        return _run_checked(args, study, plan, search, gpus_per_trial)
+
+
+def _run_checked(args: argparse.Namespace, study, plan, search, gpus_per_trial: float | None) -> int:
+    """The study in its folder under ``--out``, once its input was checked."""
+    from ..runner import RunOptions, default_gpus_per_trial
+
+    root = writable_folder(Path(args.out), "--out")
+    tracking_uri = args.tracking_uri or default_uri(root)
+    check_readable_store(tracking_uri)  # one line, before the study's folder exists
     out = writable_folder(study_folder(root, study.name, args.smoke), "--out")
+    _check_output_folders(out, tracking_uri, args.experiment, "--tracking-uri" if args.tracking_uri else "--out")
     options = RunOptions(
-        out_dir=out, tracking_uri=args.tracking_uri or default_uri(root),
+        out_dir=out, tracking_uri=tracking_uri,
         experiment=args.experiment, smoke=args.smoke, resume=args.resume, address=args.address,
         max_concurrent=args.max_concurrent, cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=(gpus_per_trial if gpus_per_trial is not None
@@ -73,6 +93,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                            if v in verdicts)
         print(f"looks: {len(state['looks'])} (seeds per cell at the last: up to "
               f"{max(state['looks'][-1].values(), default=0)}); claims: {counts or 'none decided'}", file=sys.stderr)
+        if state.get("stalled"):
+            print(f"looks stopped: {state['stalled']} (its trials failed or were not run)", file=sys.stderr)
         if state.get("no_more_seeds"):
             from analysis.claims import FUTILITY_POWER, seeds_text
 
@@ -123,7 +145,10 @@ def _check_seed_flags(args: argparse.Namespace) -> None:
         raise UsageError("--until-decided and --add-seeds: choose one (--until-decided adds seeds itself)")
     if (args.until_decided or args.add_seeds) and (args.search or args.samples):
         raise UsageError("--until-decided/--add-seeds work on a grid, not with --search")
-    if args.until_decided and args.max_seeds < 2:
+    for flag, value in (("--max-seeds", args.max_seeds), ("--seed-batch", args.seed_batch)):
+        if value is not None and not args.until_decided:
+            raise UsageError(f"{flag} {value}: only with --until-decided (it sets how far seeds by need go)")
+    if args.until_decided and _max_seeds(args) < 2:
         raise UsageError(f"--max-seeds {args.max_seeds}: at least 2 seeds per cell")
     if args.seed_batch is not None and args.seed_batch < 1:
         raise UsageError(f"--seed-batch {args.seed_batch}: at least 1")
@@ -131,6 +156,25 @@ def _check_seed_flags(args: argparse.Namespace) -> None:
         from ..seeds import parse_seeds
 
         parse_seeds(args.add_seeds)
+
+
+def _max_seeds(args: argparse.Namespace) -> int:
+    return args.max_seeds if args.max_seeds is not None else DEFAULT_MAX_SEEDS
+
+
+def _check_output_folders(out: Path, tracking_uri: str, experiment: str, store_flag: str) -> None:
+    """The folders a study writes into that exist already take files: Ray's (``ray/``), the
+    shared baselines', the artifact folder beside a local store (``mlartifacts/`` and its
+    experiment's folder). Checked now, not when the first trial logs its model."""
+    from ..planning import BASELINES_DIR
+    from ..tracking import default_artifact_root
+
+    artifacts = default_artifact_root(tracking_uri)
+    folders = [(out / "ray", "--out"), (out / BASELINES_DIR, "--out"),
+               *([(Path(artifacts), store_flag), (Path(artifacts) / experiment, store_flag)] if artifacts else [])]
+    for folder, flag in folders:
+        if folder.exists() or folder.is_symlink():
+            writable_folder(folder, flag)
 
 
 
@@ -146,7 +190,7 @@ def _run(args: argparse.Namespace, plan, options, progress, interruption, metric
     if args.until_decided:
         from ..seeds import run_until_decided
 
-        return run_until_decided(plan, options, max_seeds=args.max_seeds, batch=args.seed_batch,
+        return run_until_decided(plan, options, max_seeds=_max_seeds(args), batch=args.seed_batch,
                                  progress_factory=progress_for, interruption=interruption)
     if args.add_seeds:
         from ..seeds import add_seeds, parse_seeds

@@ -24,6 +24,7 @@ from mlflow.tracking import MlflowClient
 
 from conftest import seed_command_store
 from mae_core.train import PAUSE_VARIABLE
+from studies.seeds import PAUSE_BETWEEN_LOOKS_VARIABLE
 from studies.trial import PAUSE_EVALUATION_VARIABLE
 
 pytestmark = pytest.mark.slow
@@ -36,7 +37,7 @@ TRAIN = ["train", "train_limit=256", "test_limit=48", "steps=30", "log_every=10"
 
 
 def start(args: list[str], cwd: Path, pause_at_step: int | None = None,
-          pause_in_evaluation: bool = False) -> subprocess.Popen:
+          pause_in_evaluation: bool = False, pause_between_looks: bool = False) -> subprocess.Popen:
     """The command in its own process group; with ``pause_at_step`` every trial's loop holds
     after that update (``mae_core.train.hold_for_tests``) until the signal comes; with
     ``pause_in_evaluation`` every trial holds at the start of its evaluation."""
@@ -46,6 +47,8 @@ def start(args: list[str], cwd: Path, pause_at_step: int | None = None,
         env[PAUSE_VARIABLE] = str(pause_at_step)
     if pause_in_evaluation:
         env[PAUSE_EVALUATION_VARIABLE] = "1"
+    if pause_between_looks:  # a sequential run's driver holds after recording a look
+        env[PAUSE_BETWEEN_LOOKS_VARIABLE] = "1"
     return subprocess.Popen([sys.executable, "-m", "studies.cli", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -190,3 +193,39 @@ def test_sigterm_during_evaluation_of_train_is_recorded_and_resumed(tmp_path):
     output, _ = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, output
     assert _train_run(tmp_path).info.status == "FINISHED"
+
+
+SEQUENTIAL = """\
+name: looks
+base: {dataset: digits, steps: 30}
+axes: {mask_ratio: [0.5, 0.75]}
+seeds: [0, 1]
+reference: {mask_ratio: 0.75}
+claims:
+  - {name: half_masked_linear, metric: probe_linear_acc, kind: vs_reference, delta: 0.0001}
+"""
+
+
+def test_sigterm_between_looks_ends_the_parent_killed_and_resume_goes_on_looking(tmp_path):
+    (tmp_path / "looks.yaml").write_text(SEQUENTIAL)
+    command = ["run", "looks.yaml", "--smoke", "--until-decided", "--max-seeds", "3", "--seed-batch", "1"]
+    driver = start(command, tmp_path, pause_between_looks=True)  # holds after its first look till the signal
+    db = tmp_path / "mae_runs" / "mlflow.db"
+    wait_for(lambda: query(db, "SELECT 1 FROM tags WHERE key = 'sequential_looks'"), driver, "the first look")
+    output = interrupt(driver, signal.SIGTERM)
+    assert driver.returncode == 130 and "interrupted by SIGTERM" in output, output
+    uri = f"sqlite:///{tmp_path}/mae_runs/mlflow.db"
+    [parent] = [r for r in runs(uri) if "mlflow.parentRunId" not in r.data.tags]
+    assert parent.info.status == "KILLED" and parent.data.tags["interrupted"] == "SIGTERM"
+    state = json.loads((tmp_path / "mae_runs" / "looks-smoke" / "study.json").read_text())
+    assert state["complete"] is False and state["interrupted"] == "SIGTERM"
+
+    resumed = start(resume_command(output), tmp_path)
+    output, _ = resumed.communicate(timeout=400)
+    assert resumed.returncode == 0, output
+    [parent] = [r for r in runs(uri) if "mlflow.parentRunId" not in r.data.tags]
+    assert parent.info.status == "FINISHED" and parent.data.tags["resumed_after"] == "SIGTERM"
+    looks = json.loads(parent.data.tags["sequential_looks"])
+    assert looks[0] == {"mask_ratio=0.5": 2, "mask_ratio=0.75": 2}  # the first look, recorded once
+    assert all(a != b for a, b in zip(looks, looks[1:]))
+    assert json.loads((tmp_path / "mae_runs" / "looks-smoke" / "study.json").read_text())["complete"] is True

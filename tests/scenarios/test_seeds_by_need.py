@@ -39,6 +39,11 @@ def _children(store: str, study: str) -> list:
 def test_add_seeds_pools_the_new_seeds_with_the_old_in_one_report(tmp_path):
     (tmp_path / "seeds_by_need.yaml").write_text(STUDY)
     _cli(tmp_path, "run", "seeds_by_need.yaml", "--smoke", "--out", "out")
+    for wrong in (["lr=0.05", "decoder_depth=1"], ["--resume"]):  # other settings; nothing to resume
+        refused = run_cli(["run", "seeds_by_need.yaml", "--smoke", "--out", "out", "--add-seeds", "2", *wrong],
+                          tmp_path)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert "--add-seeds 2" in refused.stderr and "interrupted" not in refused.stderr
     _cli(tmp_path, "run", "seeds_by_need.yaml", "--smoke", "--out", "out", "--add-seeds", "2")
     store = f"sqlite:///{tmp_path}/out/mlflow.db"
     children, parents = _children(store, "seeds_by_need")
