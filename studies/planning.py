@@ -114,7 +114,7 @@ def check_data(configs: list[Config]) -> None:
     inside a Ray worker."""
     checked: set[tuple] = set()
     for config in configs:
-        key = (config.dataset, config.seed, config.target, config.train_limit, config.test_limit,
+        key = (config.dataset, config.data_seed, config.target, config.train_limit, config.test_limit,
                config.resolved_patch_size)
         if key not in checked:
             prepare_data(config)
