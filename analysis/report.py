@@ -687,4 +687,8 @@ def _variance_section(folder: Path, out: Path) -> tuple[str, list[str]]:
             shutil.copyfile(folder / name, out / name)
             copied.append(name)
     png = out / "fig_variance.png"
-    return variance.section_html(table, png.read_bytes() if png.is_file() else None), copied
+    advice = variance.read_advice(folder)
+    if advice is not None and folder.resolve() != out.resolve():
+        shutil.copyfile(folder / variance.ADVICE_FILE, out / variance.ADVICE_FILE)
+        copied.append(variance.ADVICE_FILE)
+    return variance.section_html(table, png.read_bytes() if png.is_file() else None, advice), copied

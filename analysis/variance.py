@@ -122,6 +122,60 @@ def components(frame: pd.DataFrame, seed: int, metrics: Sequence[str] | None = N
     return table[COLUMNS]
 
 
+ADVICE_FILE = "variance_advice.csv"
+ADVICE_COLUMNS = ["metric", "training_variance", "eval_variance", "pretrain_seconds", "eval_seconds",
+                  "best_repeats", "seconds_per_seed", "seconds_ratio"]
+MAX_REPEATS = 50  # eval.repeats the advice names at most
+
+
+def repeats_advice(table: pd.DataFrame, pretrain_seconds: float, eval_seconds: float) -> pd.DataFrame:
+    """Which buys a decision sooner, more seeds or more evaluation repeats, per metric of
+    ``table`` (:func:`components`'s), from the measured components and a trial's seconds.
+
+    A cell's mean over n seeds with R repeats each has variance (T + E/R)/n, T the training
+    sources' components summed (``seed_data`` + ``seed_init`` + ``seed_masks``), E
+    ``seed_eval``'s, and costs n(P + R·V) seconds, P ``pretrain_seconds``, V ``eval_seconds``.
+    For a given precision the seconds are proportional to (T + E/R)(P + R·V), least at
+    R* = sqrt(E·P / (T·V)) (two-stage sampling's optimal allocation), rounded to a whole count
+    in [1, MAX_REPEATS]. ``seconds_ratio``: the seconds any decision (``n_needed``, a look of
+    seeds by need) takes with ``eval.repeats`` R* over those with 1; below 1, repeats pay, and
+    ``n_needed`` shrinks by (T + E/R*)/(T + E) seeds. The sources' effects are taken as additive
+    and a paired comparison's variance as shared out like the cell's."""
+    rows = []
+    for metric, rows_of in table.groupby("metric", sort=False):
+        by = rows_of.set_index("source")["variance"]
+        training = float(by.reindex([s for s in SOURCES if s != "seed_eval"]).sum(min_count=1))
+        evaluation = float(by.get("seed_eval", math.nan))
+        if not (math.isfinite(training) and math.isfinite(evaluation)) or training + evaluation <= 0:
+            best, ratio = math.nan, math.nan
+        else:
+            if evaluation == 0 or eval_seconds <= 0:
+                best = 1
+            elif training == 0:
+                best = MAX_REPEATS
+            else:
+                best = math.sqrt(evaluation * pretrain_seconds / (training * eval_seconds))
+                best = int(min(MAX_REPEATS, max(1, round(best))))
+            ratio = ((training + evaluation / best) * (pretrain_seconds + best * eval_seconds)
+                     / ((training + evaluation) * (pretrain_seconds + eval_seconds)))
+        rows.append({"metric": metric, "training_variance": training, "eval_variance": evaluation,
+                     "pretrain_seconds": pretrain_seconds, "eval_seconds": eval_seconds, "best_repeats": best,
+                     "seconds_per_seed": pretrain_seconds + (best if best == best else 1) * eval_seconds,
+                     "seconds_ratio": ratio})
+    return pd.DataFrame(rows, columns=ADVICE_COLUMNS)
+
+
+def trial_seconds(frame: pd.DataFrame) -> tuple[float, float]:
+    """(pretrain, eval) seconds of one trial of the design: the medians over its finished trials
+    that trained their own encoder (a ``seed_eval`` trial reusing one reports no pretraining)."""
+    finished = frame[frame["status"] == "FINISHED"] if "status" in frame else frame
+    own = finished["seed_eval"] == finished["seed"] if {"seed_eval", "seed"} <= set(finished) else True
+    trained = finished[own]
+    pretrain = trained["pretrain_seconds"].median() if "pretrain_seconds" in trained else math.nan
+    evaluation = finished["eval_seconds"].median() if "eval_seconds" in finished else math.nan
+    return float(pretrain), float(evaluation)
+
+
 def variance_figure(table: pd.DataFrame):
     """Each metric's variance shared out by source: one horizontal bar per metric, split by
     source (seaborn's palette), share of the summed components; None when no metric varied."""
@@ -149,13 +203,18 @@ def variance_figure(table: pd.DataFrame):
     return fig
 
 
-def write_variance(table: pd.DataFrame, out: Path, formats: Sequence[str] = ("png",)) -> list[Path]:
-    """``variance.csv`` and ``fig_variance.<format>`` in ``out`` (made if missing); their paths."""
+def write_variance(table: pd.DataFrame, out: Path, formats: Sequence[str] = ("png",),
+                   advice: pd.DataFrame | None = None) -> list[Path]:
+    """``variance.csv``, ``variance_advice.csv`` (with ``advice``: :func:`repeats_advice`) and
+    ``fig_variance.<format>`` in ``out`` (made if missing); their paths."""
     import matplotlib.pyplot as plt
 
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / VARIANCE_FILE]
     table.to_csv(paths[0], index=False)
+    if advice is not None:
+        paths.append(out / ADVICE_FILE)
+        advice.to_csv(paths[-1], index=False)
     fig = variance_figure(table)
     if fig is not None:
         for fmt in formats:
@@ -185,8 +244,40 @@ INTRO = ("Where the noise of one cell comes from: each source of randomness vari
          "(no retraining), the others only by more trials.")
 
 
-def section_html(table: pd.DataFrame, figure_png: bytes | None = None) -> str:
-    """The report's section on ``table`` (:func:`components`'s), with the figure when given."""
+def advice_text(advice: pd.DataFrame) -> list[str]:
+    """A sentence per metric of :func:`repeats_advice`'s table: repeats or seeds, and by how much."""
+    lines = []
+    for _, row in advice.dropna(subset=["seconds_ratio"]).iterrows():
+        if row["best_repeats"] > 1 and row["seconds_ratio"] < 1:
+            lines.append(f"{row['metric']}: eval.repeats {int(row['best_repeats'])} decides in "
+                         f"{row['seconds_ratio']:.0%} of the seconds more seeds alone would take")
+        else:
+            lines.append(f"{row['metric']}: more seeds (evaluation repeats would not pay: seed_eval holds "
+                         f"{row['eval_variance'] / (row['training_variance'] + row['eval_variance']):.0%} "
+                         "of its variance)")
+    return lines
+
+
+def read_advice(folder: Path) -> pd.DataFrame | None:
+    """The ``variance_advice.csv`` in ``folder`` (None: none, or not one this module wrote)."""
+    path = folder / ADVICE_FILE
+    try:
+        advice = pd.read_csv(path) if path.is_file() else None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError):
+        return None
+    return advice if advice is not None and all(c in advice for c in ADVICE_COLUMNS) else None
+
+
+ADVICE_INTRO = ("A cell's mean over n seeds with R evaluation repeats has variance (T + E/R)/n (T: the training "
+                "sources' components, E: seed_eval's) and costs n(P + R·V) seconds (P, V: a trial's pretraining "
+                "and evaluation seconds); the seconds to reach any precision are least at R = √(E·P / (T·V)). "
+                "Below, each metric's best eval.repeats and the share of the seconds a decision (n_needed, a look "
+                "of seeds by need) then takes, against one evaluation per seed; n_needed shrinks by (T + E/R)/(T + E).")
+
+
+def section_html(table: pd.DataFrame, figure_png: bytes | None = None, advice: pd.DataFrame | None = None) -> str:
+    """The report's section on ``table`` (:func:`components`'s), with the figure and the
+    seeds-or-repeats advice (:func:`repeats_advice`) when given."""
     import base64
 
     e = html.escape
@@ -203,4 +294,12 @@ def section_html(table: pd.DataFrame, figure_png: bytes | None = None) -> str:
                      "</figure>")
     parts += ['<div class="scroll">' + shown.to_html(index=False, border=0, escape=True) + "</div>",
               "<p class='meta'>Every number: <a href='variance.csv'><code>variance.csv</code></a>.</p>"]
+    if advice is not None and len(advice):
+        seconds = advice.iloc[0]
+        parts += [f"<h3>More seeds or more evaluation repeats?</h3><p>{e(ADVICE_INTRO)} Measured here: "
+                  f"{seconds['pretrain_seconds']:.1f} s of pretraining and {seconds['eval_seconds']:.1f} s of "
+                  "evaluation per trial.</p>",
+                  "<ul>" + "".join(f"<li>{e(line)}</li>" for line in advice_text(advice)) + "</ul>",
+                  "<p class='meta'>Every number: <a href='variance_advice.csv'><code>variance_advice.csv"
+                  "</code></a>.</p>"]
     return "\n".join(parts)

@@ -11,7 +11,8 @@ import pytest
 from scipy import stats
 
 from analysis.report import _variance_section
-from analysis.variance import COLUMNS, SOURCES, components, design_rows, write_variance
+from analysis.variance import (COLUMNS, SOURCES, advice_text, components, design_rows, repeats_advice,
+                               write_variance)
 from studies.cli import main
 
 
@@ -82,3 +83,20 @@ def test_bad_input_is_one_line_before_anything_runs(tmp_path, capsys, argv, says
     err = capsys.readouterr().err.strip()
     assert stop.value.code == 2 and says in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "out").exists()
+
+
+def test_repeats_pay_where_the_evaluation_holds_the_variance_and_pretraining_is_dear():
+    frame = synthetic_frame({"seed_data": [0.50, 0.51], "seed_init": [0.50, 0.51], "seed_masks": [0.50, 0.51],
+                             "seed_eval": [0.40, 0.60]})
+    frame["probe_knn_acc"] = frame["probe_linear_acc"].where(frame["seed_eval"] == 0, 0.5)  # no eval noise
+    table = components(frame, seed=0)
+    advice = repeats_advice(table, pretrain_seconds=60.0, eval_seconds=5.0).set_index("metric")
+    t, e = 3 * 0.00005, 0.02
+    best = round(np.sqrt(e * 60 / (t * 5)))
+    assert advice.loc["probe_linear_acc", "best_repeats"] == min(best, 50)
+    ratio = (t + e / best) * (60 + best * 5) / ((t + e) * 65)
+    assert advice.loc["probe_linear_acc", "seconds_ratio"] == pytest.approx(ratio) and ratio < 1
+    assert advice.loc["probe_knn_acc", "best_repeats"] == 1  # seed_eval moves nothing: more seeds
+    assert advice.loc["probe_knn_acc", "seconds_ratio"] == pytest.approx(1.0)
+    words = advice_text(advice.reset_index())
+    assert words[0].startswith("probe_linear_acc: eval.repeats") and "more seeds" in words[1]

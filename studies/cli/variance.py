@@ -38,11 +38,14 @@ def cmd_variance(args: argparse.Namespace) -> int:
         state = _run(args, plan, out, tracking_uri)
     if state is None:
         return 130
-    table = _components(tracking_uri, design, args.experiment, state["parent_run_id"])
-    from analysis.variance import write_variance
+    from analysis.variance import advice_text, repeats_advice, write_variance
 
+    table, seconds = _components(tracking_uri, design, args.experiment, state["parent_run_id"])
+    advice = repeats_advice(table, *seconds)
     folder = study_folder(root, study.name, args.smoke) / VARIANCE_DIR
-    paths = write_variance(table, folder)
+    paths = write_variance(table, folder, advice=advice)
+    for line in advice_text(advice):
+        print(f"  {line}", file=sys.stderr)
     decided = table.dropna(subset=["variance"])
     print(f"variance of {study.name} at {cell or 'its only cell'}: {len(decided)} components "
           f"({decided['metric'].nunique()} metrics x {decided['source'].nunique()} sources), "
@@ -99,7 +102,7 @@ def _run(args: argparse.Namespace, plan, out: Path, tracking_uri: str) -> dict |
 
 def _components(tracking_uri: str, design, experiment: str, parent_run_id: str):
     from analysis.frame import load_runs
-    from analysis.variance import components
+    from analysis.variance import components, trial_seconds
 
     frame = load_runs(tracking_uri, design.name, experiment, parent_run_id)
-    return components(frame, int(design.seeds[0]))
+    return components(frame, int(design.seeds[0])), trial_seconds(frame)
