@@ -37,6 +37,8 @@ def test_variance_on_a_smoke_study_writes_one_component_per_source_with_an_inter
     assert table[["variance", "ci_low", "ci_high"]].notna().all().all()
     assert ((table["ci_low"] <= table["variance"]) & (table["variance"] <= table["ci_high"])).all()
     assert (tmp_path / "mae_runs" / "tiny_variance_case-smoke" / "variance" / "fig_variance.png").is_file()
+    advice = pd.read_csv(tmp_path / "mae_runs" / "tiny_variance_case-smoke" / "variance" / "variance_advice.csv")
+    assert set(advice["metric"]) == set(table["metric"]) and (advice["pretrain_seconds"] > 0).all()
 
     client = MlflowClient(f"sqlite:///{tmp_path}/mae_runs/mlflow.db")
     experiment = client.get_experiment_by_name("mae-study").experiment_id
