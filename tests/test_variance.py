@@ -12,7 +12,7 @@ from scipy import stats
 
 from analysis.report import _variance_section
 from analysis.variance import (COLUMNS, SOURCES, advice_text, components, design_rows, repeats_advice,
-                               write_variance)
+                               variance_design, write_variance)
 from studies.cli import main
 
 
@@ -100,3 +100,19 @@ def test_repeats_pay_where_the_evaluation_holds_the_variance_and_pretraining_is_
     assert advice.loc["probe_knn_acc", "seconds_ratio"] == pytest.approx(1.0)
     words = advice_text(advice.reset_index())
     assert words[0].startswith("probe_linear_acc: eval.repeats") and "more seeds" in words[1]
+
+
+def test_the_cell_is_the_reference_unless_named_and_one_flag_takes_several_axes():
+    from studies.cli.parser import build_parser, parse
+    from studies.cli.variance import chosen_cell
+    from studies.study import Study
+
+    study = Study(name="two", paper="", base={}, axes={"mask_ratio": [0.5, 0.75], "decoder_depth": [1, 2]},
+                  reference={"mask_ratio": 0.75, "decoder_depth": 1})
+    assert chosen_cell(study, []) == {"mask_ratio": 0.75, "decoder_depth": 1}
+    assert chosen_cell(study, ["decoder_depth=2"]) == {"mask_ratio": 0.75, "decoder_depth": 2}
+    args = parse(build_parser(), ["variance", "two", "--cell", "mask_ratio=0.5", "decoder_depth=2", "--levels", "3"])
+    assert chosen_cell(study, args.cell) == {"mask_ratio": 0.5, "decoder_depth": 2} and args.levels == 3
+    design = variance_design(study, chosen_cell(study, args.cell), 3)
+    assert design.name == "two_variance" and design.base == {"mask_ratio": 0.5, "decoder_depth": 2}
+    assert design.seeds == (0,) and design.axes == {} and len(design.cells()) == 12

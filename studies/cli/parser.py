@@ -193,8 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
         "variance", help="each seed source (seed_data, seed_init, seed_masks, seed_eval) varied alone at one cell: "
                          "its variance component per metric, with intervals (variance.csv)")
     variance.add_argument("study", help="a built-in study (mae-study list) or a study file (my_study.yaml)")
-    variance.add_argument("--cell", action="append", metavar="key=value",
-                          help="the cell (an axis value; repeat for several axes; default: the study's reference cell)")
+    variance.add_argument("--cell", action="extend", nargs="+", metavar="key=value",
+                          help="the cell: a value per axis (axes left out keep the reference cell's; "
+                               "default: the study's reference cell)")
     variance.add_argument("--levels", type=int, metavar="K",
                           help="trials per source: that seed at s+1..s+K, the others at the study's first seed s "
                                "(default 5)")
