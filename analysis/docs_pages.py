@@ -67,6 +67,8 @@ server instead.
   `pretraining` tag (`computed KEY | reused KEY`); a reusing trial names the run it read
   (`pretraining_run`) and, when it read a longer run at its own length, that run's length
   (`pretraining_source_steps`).
+- Each source of randomness is a param with the seed it used: `seed_data`, `seed_init`,
+  `seed_masks`, `seed_eval` (each `seed` unless the config set it).
 - Metric names use snake_case; each value is logged once, as a param or as a metric (derived
   quantities such as `effective_mask_ratio` are params).
 
@@ -79,7 +81,9 @@ frames, figures, tables and claims read. Kinds: `risk` (the spec's empirical ris
 (the mean-pixel predictor), `diagnostic` (not a risk of the spec), `downstream` (probes,
 fine-tuning), `reference` (their baselines) and `bookkeeping`. Layer-wise probes
 (`eval.probe_blocks`) add `probe_linear_acc_block2`, ...: the base row's meaning after encoder
-block 2.
+block 2. With `eval.repeats` K > 1 every metric of the evaluation is the mean of K evaluations
+(seeded `seed_eval`, `seed_eval`+1, ...) and `<metric>_sd` (bookkeeping, the base row's unit)
+their sample standard deviation.
 """
 
 

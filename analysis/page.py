@@ -70,6 +70,7 @@ class PageContent:
     claims_table: pd.DataFrame = field(default_factory=pd.DataFrame)  # a row per hypothesis, as text
     claims_figure: Figure | None = None  # the forest plot
     claims_skipped: list[str] = field(default_factory=list)  # claims this run could not decide, and why
+    variance_html: str = ""  # "Where the noise comes from" (analysis.variance.section_html), when variance.csv exists
 
 
 def html_table(table: pd.DataFrame) -> str:
@@ -135,6 +136,7 @@ def render(content: PageContent) -> str:
         f"<h1>Study <code>{e(content.study)}</code>{smoke}</h1>",
         f"<p class='sub'>{mirrors}Every row of every trial: <a href='trials.csv'><code>trials.csv</code></a>.</p>",
         *_claims(content),
+        content.variance_html,
         "<h2>What was run</h2>", _run_table(content.run_rows), content.notes_html,
         "<h2>Exploratory comparisons</h2>", f"<p>{e(content.findings_text)}</p>",
         html_table(content.findings_table) if len(content.findings_table) else "",

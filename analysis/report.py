@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import html
 import math
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,7 @@ from matplotlib.figure import Figure
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from . import claims_report, figures, page, paper_table
+from . import claims_report, figures, page, paper_table, variance
 from mae_core.files import FolderNotWritable, writable_folder
 
 from .frame import (
@@ -617,10 +618,13 @@ def _write_search_findings(frame: pd.DataFrame, study: str, axes: list[str], inf
 
 def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Sequence[str] = ("png", "pdf"),
                  experiment: str = "mae-study", parent_run_id: str | None = None,
-                 smoke: bool | None = None) -> Path:
+                 smoke: bool | None = None, variance_dir: Path | None = None) -> Path:
     """Write the report of ``study`` (its newest run, or its run ``parent_run_id``) into
     ``out_dir``; return the path of ``index.html``. ``smoke`` True or False reports only a smoke
     or only a full run, and refuses (one line) when the run found is of the other kind.
+    ``variance_dir``: where ``mae-study variance`` wrote the study's ``variance.csv`` (default:
+    ``out_dir``'s sibling ``variance/``, as for the default report folder); when it holds one,
+    the report shows where the noise comes from (:mod:`analysis.variance`).
 
     Raises :class:`~analysis.frame.ReportError` (one line) when the study has no runs, a
     format is unknown, or ``out_dir`` cannot be written.
@@ -650,6 +654,7 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
     recons, recon_files = _reconstructions(frame, axes, tracking_uri, out, formats)
     files = [p.name for p in [trials_path, info_path, *claim_paths, *findings_paths, table_path, *table_paths,
                               *correlation_paths]]
+    variance_html, variance_files = _variance_section(variance_dir or out.parent / variance.VARIANCE_DIR, out)
     index = out / "index.html"
     failures = [f"{_cell_text({a: row[a] for a in axes}) if axes else study}: {row['note']}"
                 for _, row in display[display["note"] != ""].iterrows()]
@@ -660,11 +665,30 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
         baselines_text=BASELINES_TEXT, baselines_table=findings.baselines,
         paper_table_html=paper_table.html_table(table), failures=failures, figures=figs,
         reconstructions=recons, correlation_reading=reading, correlations=correlations.round(3),
-        summary=display, files=files + fig_files + recon_files + [index.name],
+        summary=display, files=files + fig_files + recon_files + variance_files + [index.name],
         notes_html=outside_procedure_note(frame),
         numbers_file="search.csv" if info.get("search") else "comparisons.csv",
         claims_text=claims.text, claims_table=claims_report.display_table(claims.table),
         claims_figure=_Figure("claims", CLAIMS_CAPTION, claims_png) if claims_png else None,
-        claims_skipped=claims.skipped)
+        claims_skipped=claims.skipped, variance_html=variance_html)
     index.write_text(page.render(content), encoding="utf-8")
     return index
+
+
+def _variance_section(folder: Path, out: Path) -> tuple[str, list[str]]:
+    """The variance section and the files it copied into ``out`` (its csv and figure), when
+    ``folder`` holds a ``variance.csv``; ("", []) otherwise."""
+    table = variance.read_variance(folder)
+    if table is None:
+        return "", []
+    copied = []
+    for name in (variance.VARIANCE_FILE, "fig_variance.png", "fig_variance.pdf", "fig_variance.svg"):
+        if (folder / name).is_file() and folder.resolve() != out.resolve():
+            shutil.copyfile(folder / name, out / name)
+            copied.append(name)
+    png = out / "fig_variance.png"
+    advice = variance.read_advice(folder)
+    if advice is not None and folder.resolve() != out.resolve():
+        shutil.copyfile(folder / variance.ADVICE_FILE, out / variance.ADVICE_FILE)
+        copied.append(variance.ADVICE_FILE)
+    return variance.section_html(table, png.read_bytes() if png.is_file() else None, advice), copied

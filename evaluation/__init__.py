@@ -22,7 +22,38 @@ def evaluate_trial(model, config, data, *, probes: bool = True, baselines=None) 
     ``risks``, then the ``probes``, their baselines and fine-tuning; a plugin's). ``probes=False``
     keeps to the ``risks``. ``baselines``: a study's :class:`~evaluation.baselines.BaselineCache`.
     An evaluator that returns a metric it did not declare is an error (:class:`UndeclaredMetric`):
-    every logged number is a row of the metric table."""
+    every logged number is a row of the metric table.
+
+    With ``eval.repeats`` K > 1 the evaluation runs K times, with ``seed_eval`` = s, s+1, ...,
+    s+K-1 (s the trial's resolved ``seed_eval``): each metric is the mean of its K values and
+    ``<metric>_sd`` their sample standard deviation (:func:`repeated_mean`). K = 1 is one
+    evaluation with seed s, the numbers a trial always logged."""
+    repeats = config.eval.repeats
+    if repeats == 1:
+        return _evaluate_once(model, config, data, probes=probes, baselines=baselines)
+    first = config.eval_seed
+    runs = [_evaluate_once(model, config.with_updates(seed_eval=first + r), data, probes=probes, baselines=baselines)
+            for r in range(repeats)]
+    return repeated_mean(runs)
+
+
+def repeated_mean(runs: list[dict[str, float]]) -> dict[str, float]:
+    """K evaluations' metrics (one dict per repeat, the same names) -> each name's mean over
+    the K, and ``<name>_sd``, their sample standard deviation (ddof 1)."""
+    import numpy as np
+
+    from .metrics import SD_SUFFIX
+
+    metrics: dict[str, float] = {}
+    for name in runs[0]:
+        values = np.array([run[name] for run in runs], dtype=float)
+        metrics[name] = float(values.mean())
+        metrics[name + SD_SUFFIX] = float(values.std(ddof=1))
+    return metrics
+
+
+def _evaluate_once(model, config, data, *, probes: bool, baselines) -> dict[str, float]:
+    """The evaluators once, with the config's ``seed_eval``."""
     from mae_core.plugin_checks import call_part  # a plugin's sys.exit: an error naming it
     from mae_core.registry import evaluators
 

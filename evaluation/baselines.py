@@ -40,6 +40,8 @@ FORMAT = 1  # the file's layout
 # eval.* keys only the pretrained encoder's fine-tuning (or layer-wise probes) reads: cells that differ in them alone
 # (partial_finetune's rows) share their baselines.
 PRETRAINED_ONLY_SETTINGS = ("finetune_blocks", "finetune_layer_decay", "probe_blocks")
+# eval.repeats runs the whole evaluation once per seed; a set of baselines reads one seed (hashed).
+_NOT_READ = {*PRETRAINED_ONLY_SETTINGS, "repeats"}
 # The code that computes baselines is part of the key: an edited probe never reads old numbers.
 _SOURCES = ("probes.py", "linear_head.py", "finetune_recipe.py", "baselines.py")
 BASELINE_PREFIXES = ("random_probe_", "pixel_probe_", "random_finetune_", "scratch_best_finetune_")
@@ -70,7 +72,7 @@ def baseline_key(fresh: nn.Module, config: Config, data: PatchData, settings: Ev
     digest.update(json.dumps({"format": FORMAT, "model": type(fresh).__name__, "seed": seed,
                               "device": str(device), "precision": config.precision,
                               "versions": [torch.__version__, numpy.__version__, sklearn.__version__],
-                              "eval": settings.model_dump(mode="json", exclude=set(PRETRAINED_ONLY_SETTINGS))},
+                              "eval": settings.model_dump(mode="json", exclude=_NOT_READ)},
                              sort_keys=True).encode())
     here = Path(__file__).parent
     for source in _SOURCES:

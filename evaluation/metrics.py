@@ -115,7 +115,7 @@ class _MetricTable(dict):
     base row by :func:`block_metric`. Iteration lists the fixed rows only."""
 
     def __missing__(self, name: str) -> Metric:
-        row = block_metric(name) or _plugin_row(name)
+        row = block_metric(name) or repeats_sd_metric(name) or _plugin_row(name)
         if row is None:
             raise KeyError(name)
         return row
@@ -124,7 +124,7 @@ class _MetricTable(dict):
         return self[name] if name in self else default
 
     def __contains__(self, name) -> bool:
-        return dict.__contains__(self, name) or block_metric(name) is not None or (
+        return dict.__contains__(self, name) or block_metric(name) is not None or repeats_sd_metric(name) is not None or (
             isinstance(name, str) and _plugin_row(name) is not None)
 
 
@@ -139,6 +139,24 @@ def block_metric(name: str) -> Metric | None:
     block = int(match.group(2))
     return dataclasses.replace(base, name=name, label=f"{base.label}, after block {block}",
                                plain=f"{base.plain} after encoder block {block}")
+
+
+SD_SUFFIX = "_sd"  # eval.repeats > 1: probe_linear_acc_sd, the spread of probe_linear_acc over the repeats
+
+
+def repeats_sd_metric(name: str) -> Metric | None:
+    """The row of ``<metric>_sd`` (``eval.repeats`` > 1: the sample standard deviation of
+    ``<metric>`` over a trial's evaluation repeats): bookkeeping, in the base row's unit, logged
+    by the same evaluator; None for any other name."""
+    if not isinstance(name, str) or not name.endswith(SD_SUFFIX):
+        return None
+    base_name = name[: -len(SD_SUFFIX)]
+    base = dict.get(METRICS, base_name) or block_metric(base_name) or _plugin_row(base_name)
+    if base is None:
+        return None
+    return Metric(name, "bookkeeping", f"{base.label}, sd over eval.repeats",
+                  f"the standard deviation of {base.plain} over the evaluation repeats", base.unit, False,
+                  logged_by=base.logged_by)
 
 
 def block_base(name: str) -> str | None:

@@ -53,8 +53,8 @@ class OnlineEvaluation:
         self.config = config
         size = config.eval.online_images
         labels = data.train_labels.numpy()
-        split = validation_split(labels, config.eval.val_fraction, config.seed)
-        rng = np.random.default_rng([config.seed, 5])  # its own stream (validation_split uses [seed, 1])
+        split = validation_split(labels, config.eval.val_fraction, config.eval_seed)
+        rng = np.random.default_rng([config.eval_seed, 5])  # its own stream (validation_split uses [seed, 1])
         references, queries = _subset(split.fit, size, rng), _subset(split.val, size, rng)
         tested = _subset(np.arange(len(data.test_images)), size, rng)
 
@@ -83,7 +83,7 @@ class OnlineEvaluation:
                         self.test = self.test.to(device)  # once: the images stay on the model's device
                     metrics["online_mae_risk"] = empirical_mae_risk(
                         model, self.test, config.num_visible, config.target, masks=MASKS,
-                        generator=torch.Generator().manual_seed(config.seed + 6)).value
+                        generator=torch.Generator().manual_seed(config.eval_seed + 6)).value
             finally:
                 for module, training in modes:
                     module.training = training

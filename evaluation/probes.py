@@ -361,7 +361,7 @@ def random_init_model(config: Config, device: torch.device | None = None) -> nn.
     """The config's model at initialisation, its encoder shared by every cell of a seed; the
     caller's global RNG state is left alone.
 
-    The model is the config's (``build_model`` under ``torch.manual_seed(config.seed)``, as a
+    The model is the config's (``build_model`` under ``torch.manual_seed(seed_init)``, as a
     trial starts), but its encoder is replaced by the encoder of the same seed's model built with
     :data:`DECODER_ONLY_KEYS` at their defaults. ``init_weights`` draws the encoder's weights
     from the one generator after every layer's default initialisation, the decoder's included,
@@ -371,9 +371,9 @@ def random_init_model(config: Config, device: torch.device | None = None) -> nn.
     config whose decoder keys are the defaults this is exactly its own initial model."""
     shared = config.model_copy(update={key: Config.model_fields[key].default for key in DECODER_ONLY_KEYS})
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
+        torch.manual_seed(config.init_seed)
         model = build_model(config)
-        torch.manual_seed(config.seed)
+        torch.manual_seed(config.init_seed)
         encoder = build_model(shared).encoder
     model.encoder.load_state_dict(encoder.state_dict())
     return model.to(device) if device is not None else model
@@ -643,7 +643,7 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
     the model's device where that is CUDA (:mod:`evaluation.torch_probes`), scikit-learn elsewhere.
     """
     settings = EvalConfig(**{**config.eval.model_dump(), **overrides}) if overrides else config.eval
-    seed = config.seed if seed is None else seed
+    seed = config.eval_seed if seed is None else seed
     device = _device(model)
     fresh = random_init_model(config, device)
     split = validation_split(data.train_labels.numpy(), settings.val_fraction, seed)

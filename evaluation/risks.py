@@ -38,7 +38,7 @@ def reconstruction_metrics(model: nn.Module, config: Config, data: PatchData) ->
     if config.objective_spec.masked:
         risk = empirical_mae_risk(
             model, on_model, config.num_visible, config.target, masks="exact",
-            generator=torch.Generator().manual_seed(config.seed + 2),
+            generator=torch.Generator().manual_seed(config.eval_seed + 2),
             exact_budget=config.risk_exact_budget, mc_masks=config.risk_mc_masks,
         )
         metrics.update(test_mae_risk=risk.value, test_mae_risk_stderr=risk.stderr,
@@ -46,6 +46,6 @@ def reconstruction_metrics(model: nn.Module, config: Config, data: PatchData) ->
     if config.objective_spec.corrupted:
         # the law is drawn on the host (its seeded CPU generator); the risk moves it once
         law = finite_corruption_law(test, config.resolved_corruption, config.corruption_level,
-                                    config.corruption_copies, seed=config.seed + 3)
+                                    config.corruption_copies, seed=config.eval_seed + 3)
         metrics["test_den_risk"] = empirical_den_risk(model, on_model, law, config.target)
     return metrics

@@ -61,11 +61,11 @@ def trainable_parameters(model: nn.Module) -> int:
 def representative_batch(config: Config, data, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(model input ``[B,M,q]``, visible ``[B,k]`` or None) of one update, as the loop makes it:
     the first B pretraining images (cycled), a visible set / corruption from a generator of
-    their own (seeded by ``config.seed``)."""
+    their own (seeded by ``seed_masks``)."""
     store = data.pretraining
     index = np.arange(config.batch_size) % len(store)
     clean = patchify(store.floats(index), data.patch_size).to(device)
-    generator = torch.Generator().manual_seed(config.seed)
+    generator = torch.Generator().manual_seed(config.masks_seed)
     if config.objective_spec.masked:
         visible = sample_visible(config.batch_size, config.num_patches, config.num_visible, generator,
                                  config.mask_sampling, config.grid)

@@ -65,6 +65,11 @@ def _one_line(error: ValidationError) -> str:
 
 EVAL_PREFIX = "eval"  # ``eval.fewshot=4`` on the command line, ``eval: {fewshot: 4}`` in YAML
 
+# The sources of noise a trial has, each its own key (None: ``seed``), and the Config property
+# holding the seed it resolves to.
+SEED_SOURCES = {"seed_data": "data_seed", "seed_init": "init_seed", "seed_masks": "masks_seed",
+                "seed_eval": "eval_seed"}
+
 
 class EvalConfig(BaseModel):
     """How a trained encoder is evaluated downstream: the probes' and fine-tuning's settings.
@@ -159,6 +164,12 @@ class EvalConfig(BaseModel):
         ("risks", "probes"), description="evaluators run after training, in order: risks (the spec's test "
                                          "risks), probes (probes, fine-tuning, their baselines), a plugin's",
         json_schema_extra={"registry": "evaluators"})
+
+    # Evaluation noise averaged away inside a trial (issue 35): the evaluators run K times, with
+    # seed_eval, seed_eval+1, ...; each metric logged is the mean, <metric>_sd the spread.
+    repeats: int = Field(1, ge=1, description="evaluations per trial, seeded seed_eval, seed_eval+1, ...: each "
+                                              "metric is their mean, <metric>_sd their standard deviation "
+                                              "(logged when repeats > 1)")
 
     @field_validator("evaluators", mode="before")
     @classmethod
@@ -342,7 +353,21 @@ class Config(BaseModel):
     batch_size: int = Field(
         128, ge=1, description="B (image, mask) pairs per step; B=1 is the spec's literal loop")
     steps: int = Field(2000, ge=0, description="J updates")
-    seed: int = Field(0, ge=0, description="seeds data split, initialisation, I_t and V_t")
+    seed: int = Field(0, ge=0, description="seeds data split, initialisation, I_t and V_t, and the evaluation "
+                                           "(each source's seed_* key, when set, replaces it there)")
+    # The noise split by source (issue 35, Bouthillier et al. 2021): each source draws from its
+    # own seed, which is ``seed`` unless set, so a config that sets none of them is the config it
+    # always was (the same numbers, bit for bit). ``mae-study variance`` varies one at a time.
+    seed_data: NonNegativeInt | None = Field(
+        None, description="seeds the data split (a pool's 80/20 split, shapes, photo blocks; a dataset with its "
+                          "own test split is never re-split); null = seed")
+    seed_init: NonNegativeInt | None = Field(
+        None, description="seeds the model's initialisation (and the random-init baseline's encoder); null = seed")
+    seed_masks: NonNegativeInt | None = Field(
+        None, description="seeds the training draws: I_t, V_t, crops and the DAE's noise; null = seed")
+    seed_eval: NonNegativeInt | None = Field(
+        None, description="seeds the evaluation: probes' validation split, few-shot draws, fine-tuning's head and "
+                          "batch order, the test risks' Monte Carlo masks and corruption copies; null = seed")
 
     # evaluation and bookkeeping
     risk_exact_budget: int = Field(5000, ge=1, description="enumerate V_k when C(M,k) is at most this")
@@ -578,9 +603,34 @@ class Config(BaseModel):
         their first updates; a count does not)."""
         return self.warmup_steps if self.warmup_steps is not None else int(self.warmup_fraction * self.steps)
 
+    @property
+    def data_seed(self) -> int:
+        """``seed_data``, else ``seed``: what splits the data."""
+        return self.seed if self.seed_data is None else self.seed_data
+
+    @property
+    def init_seed(self) -> int:
+        """``seed_init``, else ``seed``: what initialises the model."""
+        return self.seed if self.seed_init is None else self.seed_init
+
+    @property
+    def masks_seed(self) -> int:
+        """``seed_masks``, else ``seed``: what draws I_t, V_t (crops, the DAE's noise)."""
+        return self.seed if self.seed_masks is None else self.seed_masks
+
+    @property
+    def eval_seed(self) -> int:
+        """``seed_eval``, else ``seed``: what the evaluation draws from (its first repeat's)."""
+        return self.seed if self.seed_eval is None else self.seed_eval
+
+    def resolved_seeds(self) -> dict[str, int]:
+        """Each source's seed as it is used: ``{"seed_data": ..., "seed_init": ..., ...}``."""
+        return {key: getattr(self, attribute) for key, attribute in SEED_SOURCES.items()}
+
     def resolved(self) -> dict[str, Any]:
         """Every key with defaults resolved, plus the derived quantities a reader needs."""
         values = self.model_dump(exclude={EVAL_PREFIX})
+        values.update(self.resolved_seeds())  # logged as used: seed_eval=3, never None
         values.update({f"{EVAL_PREFIX}.{k}": v for k, v in self.eval.model_dump().items()})
         values.update(
             patch_size=self.resolved_patch_size,

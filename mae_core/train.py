@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from . import registry
-from .config import Config
+from .config import SEED_SOURCES, Config
 from .corruptions import corrupt
 from .augment import augment
 from .data import count_split_duplicates, load_dataset
@@ -116,7 +116,7 @@ class PatchData:
 def prepare_data(config: Config) -> PatchData:
     """Load and limit the dataset (images as stored, nothing converted yet); refuse
     ``target=norm`` outside ``D_norm`` (checked a chunk at a time)."""
-    dataset = load_dataset(config.dataset, seed=config.seed, ram_mb=config.data_ram_mb)
+    dataset = load_dataset(config.dataset, seed=config.data_seed, ram_mb=config.data_ram_mb)
     p = config.resolved_patch_size
     limit = slice(None, config.train_limit)
     train_images, test_images = dataset.train[limit], dataset.test[: config.test_limit]
@@ -295,14 +295,14 @@ class LoopState:
 def noise_generator(config: Config, device: torch.device, sampler: torch.Generator) -> torch.Generator:
     """Where the DAE's corruption X̃ is drawn: on the CPU from the run's sampler (after I_t, as
     before issue 26: every CPU number unchanged), on any other device from a generator of its own
-    there, seeded ``config.seed + 2`` (the sampler is ``seed + 1``), so the noise is drawn beside
+    there, seeded ``seed_masks + 2`` (the sampler is ``seed_masks + 1``), so the noise is drawn beside
     the images with no host sync. That generator's state is checkpointed (``noise``), so a resumed
     run draws the noise the uninterrupted one would have. The spec allows either: a stochastic
     denoising corruption is any random image on the same probability space as X, its dependence
     arbitrary (spec, population denoising risk; Vincent et al. eq. 5 samples it per update)."""
     if not config.objective_spec.corrupted or device.type == "cpu":
         return sampler
-    return torch.Generator(device).manual_seed(config.seed + 2)
+    return torch.Generator(device).manual_seed(config.masks_seed + 2)
 
 
 def restore_loop(checkpoint_path: Path | None, config: Config, model: nn.Module,
@@ -328,7 +328,7 @@ def restore_loop(checkpoint_path: Path | None, config: Config, model: nn.Module,
         if "noise" in state:
             noise.set_state(state["noise"])
         else:
-            noise.manual_seed(config.seed + 2 + int(state["step"]))
+            noise.manual_seed(config.masks_seed + 2 + int(state["step"]))
             warnings = [*warnings, f"checkpoint {checkpoint_path} holds no state of the DAE's noise generator "
                         f"on {noise.device.type} (written on the CPU or before issue 26): its noise after step "
                         f"{int(state['step'])} is drawn afresh, so this run is not bitwise an uninterrupted one"]
@@ -658,11 +658,11 @@ def train(
             "all-reduces its gradients outside a graph; the update stays capturable, uncaptured"))
     if plan.note is not None:
         warn(plan.note, CudaGraphWarning, stacklevel=2)
-    torch.manual_seed(config.seed)
+    torch.manual_seed(config.init_seed)  # seed_init: the weights (and any later draw of the global generator)
     model = build_model(config).to(device)
     optimizer = build_optimizer(model, config, capturable=plan.capturable)
     scaler = grad_scaler(config.precision, device)  # a no-op unless precision=fp16
-    sampler = torch.Generator().manual_seed(config.seed + 1)  # draws I_t, V_t, crops (and X̃ on the CPU)
+    sampler = torch.Generator().manual_seed(config.masks_seed + 1)  # seed_masks: draws I_t, V_t, crops (and X̃ on the CPU)
     noise = noise_generator(config, device, sampler)
     loop, warnings = restore_loop(checkpoint_path, config, model, optimizer, sampler, scaler, noise)
     history, since_log = loop.history, loop.since_log
@@ -779,6 +779,8 @@ def changed_keys(config: Config, saved: dict[str, Any]) -> list[str]:
     is not compared: it follows from ``compile`` and ``steps`` (compared) and the machine's
     device class, and a run may resume on another machine."""
     defaults = {name: field.default for name, field in Config.model_fields.items()}
+    # A checkpoint written before the seed_* keys drew every source from its ``seed``.
+    defaults.update({key: saved.get("seed") for key in SEED_SOURCES})
     return sorted(k for k, v in config.resolved().items()
                   if k != "compile_enabled"
                   and saved.get(k, defaults.get(k, v)) != v)

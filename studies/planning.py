@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mae_core.config import Config
+from mae_core.config import SEED_SOURCES, Config
 from mae_core.errors import UserError, clipped
 from mae_core.train import prepare_data
 
@@ -104,7 +104,12 @@ def cell_settings(cells: list[dict[str, Any]]) -> list[str]:
     resolved config (so ``lr=0.001`` typed on the command line is the file's ``lr: 0.001``).
     What seeds added to a study must share with the trials it ran (``study.json``'s ``settings``)."""
     def settings(cell: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in Config(**cell).model_dump(mode="json").items() if k != "seed"}
+        values = Config(**cell).model_dump(mode="json")
+        # Keys issue 35 added, at their defaults, are left out: a study.json written before them
+        # keeps its ids (--add-seeds to it still matches).
+        if values["eval"]["repeats"] == 1:
+            del values["eval"]["repeats"]
+        return {k: v for k, v in values.items() if k != "seed" and not (k in SEED_SOURCES and v is None)}
 
     return sorted({cell_id(settings(cell)) for cell in cells})
 
@@ -114,7 +119,7 @@ def check_data(configs: list[Config]) -> None:
     inside a Ray worker."""
     checked: set[tuple] = set()
     for config in configs:
-        key = (config.dataset, config.seed, config.target, config.train_limit, config.test_limit,
+        key = (config.dataset, config.data_seed, config.target, config.train_limit, config.test_limit,
                config.resolved_patch_size)
         if key not in checked:
             prepare_data(config)

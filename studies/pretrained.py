@@ -21,7 +21,9 @@ encoder took to train), and a pointer, the ``pretraining_run`` tag (the computin
 logs no checkpoint of its own.
 
 The key is a SHA-256 of: every key of ``Config.resolved()`` but ``eval.*`` (seed included;
-with ``eval.every > 0`` also the ``eval.*`` keys of :data:`evaluation.online.READS`), the
+with ``eval.every > 0`` also the ``eval.*`` keys of :data:`evaluation.online.READS`; of the
+``seed_*`` keys those that differ from ``seed``, and ``seed_eval`` only with ``eval.every > 0``:
+trials that differ only in ``seed_eval`` share their pretraining), the
 device the trial trains on, the versions of torch and numpy, the source of every module of the
 ``mae_core`` package (the engine that trains: an edited engine never reads an old encoder;
 robust to uncommitted edits, which a git commit is not), and the stored bytes of the pretraining
@@ -61,7 +63,7 @@ import numpy as np
 import torch
 
 from evaluation.online import READS as ONLINE_READS
-from mae_core.config import EVAL_PREFIX, Config
+from mae_core.config import EVAL_PREFIX, SEED_SOURCES, Config
 from mae_core.images import ImageStore
 from mae_core.train import PatchData, learning_rate, resolve_device
 
@@ -92,8 +94,13 @@ def pretraining_config(config: Config) -> dict[str, Any]:
     ``eval.every > 0``, those the online evaluation reads while it trains (its histories are
     part of what a reusing trial carries over)."""
     online = {f"{EVAL_PREFIX}.{key}" for key in ONLINE_READS} if config.eval.every > 0 else set()
-    return {key: value for key, value in config.resolved().items()
+    keys = {key: value for key, value in config.resolved().items()
             if not key.startswith(f"{EVAL_PREFIX}.") or key in online}
+    if config.eval.every == 0:  # seed_eval draws only after training: its trials share one pretraining
+        keys.pop("seed_eval")
+    # A source seeded by ``seed`` itself is left out, so a key is the one it was before the
+    # seed_* keys existed, and seed_init=None and seed_init=seed (the same training) share it.
+    return {key: value for key, value in keys.items() if key not in SEED_SOURCES or value != config.seed}
 
 
 def _hash_store(digest: "hashlib._Hash", name: str, images: ImageStore) -> None:

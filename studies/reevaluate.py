@@ -224,7 +224,7 @@ def plan_evaluation(client: MlflowClient, experiment: str, tracking_uri: str, fo
 
 def _data_key(config: Config) -> tuple:
     """What :func:`mae_core.train.prepare_data` reads (as studies.runner.check_data keys it)."""
-    return (config.dataset, config.seed, config.target, config.train_limit, config.test_limit,
+    return (config.dataset, config.data_seed, config.target, config.train_limit, config.test_limit,
             config.resolved_patch_size, config.data_ram_mb)
 
 
@@ -290,7 +290,7 @@ def run_evaluation(plan: Plan, client: MlflowClient, *, tracking_uri: str, exper
                     data = loaded[1]
                     tracking.log_params(client, run_id, config.resolved())
                     logged.log_dataset_inputs(client, run_id, config, data)
-                    torch.manual_seed(config.seed)
+                    torch.manual_seed(config.init_seed)
                     model = build_model(config)
                     model.load_state_dict(load_checkpoint(item.checkpoint)["model"])
                     model = model.to(resolve_device(config.device)).eval()

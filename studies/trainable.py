@@ -91,11 +91,11 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
                             tags=tags, checkpoint_path=checkpoints.path,
                             on_progress=lambda step, metrics: last.update(metrics), on_checkpoint=on_checkpoint,
                             baselines=BaselineCache(Path(baseline_dir)) if baseline_dir else None,
-                            # cells that differ only in eval.* keys train one encoder per seed, and
-                            # a shorter length is read from a longer run where it is a prefix of it
+                            # cells that differ only in eval.* keys (or seed_eval) train one encoder per
+                            # seed, and a shorter length is read from a longer run where it is a prefix of it
                             pretrained=(PretrainedCache(Path(baseline_dir).parent / PRETRAINED_DIR,
                                                         lengths=tuple(lengths))
-                                        if baseline_dir and (lengths or any(k.startswith("eval.")
+                                        if baseline_dir and (lengths or any(k.startswith("eval.") or k == "seed_eval"
                                                                             for k in trial_keys(trial_config)))
                                         else None))
     except NonFiniteError as error:

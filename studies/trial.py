@@ -55,7 +55,7 @@ def _log_reconstructions(client: MlflowClient, run_id: str, model, config: Confi
     inverse (a plugin's summary of each patch) has no pixels to draw: nothing is logged."""
     if not can_draw(config):
         return
-    grid = reconstruction_grid(model, config, data.test_patches, data.image_shape, seed=config.seed)
+    grid = reconstruction_grid(model, config, data.test_patches, data.image_shape, seed=config.eval_seed)
     figure = render(grid)
     client.log_figure(run_id, figure, "reconstructions.png")
     close(figure)

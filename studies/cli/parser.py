@@ -21,6 +21,7 @@ from .fetch import cmd_fetch
 from .report import cmd_report
 from .run import cmd_run
 from .train import cmd_train
+from .variance import cmd_variance
 
 
 class _Parser(argparse.ArgumentParser):
@@ -187,6 +188,27 @@ def build_parser() -> argparse.ArgumentParser:
                           help="evaluation keys only (eval.knn_ks=5,20: a comma is part of the value)")
     add_plugin_option(evaluate)
     evaluate.set_defaults(handler=cmd_evaluate)
+
+    variance = commands.add_parser(
+        "variance", help="each seed source (seed_data, seed_init, seed_masks, seed_eval) varied alone at one cell: "
+                         "its variance component per metric, with intervals (variance.csv)")
+    variance.add_argument("study", help="a built-in study (mae-study list) or a study file (my_study.yaml)")
+    variance.add_argument("--cell", action="extend", nargs="+", metavar="key=value",
+                          help="the cell: a value per axis (axes left out keep the reference cell's; "
+                               "default: the study's reference cell)")
+    variance.add_argument("--levels", type=int, metavar="K",
+                          help="trials per source: that seed at s+1..s+K, the others at the study's first seed s "
+                               "(default 5)")
+    variance.add_argument("--smoke", action="store_true", help="tiny data and steps: seconds")
+    variance.add_argument("--resume", action="store_true", help="continue an interrupted design")
+    variance.add_argument("--max-concurrent", type=int, help="at most this many trials at once")
+    variance.add_argument("--out", default=DEFAULT_OUT,
+                          help="the output folder, as for run: the design runs in STUDY_variance[-smoke]/, "
+                               "variance.csv and its figure go to STUDY[-smoke]/variance/ (default: mae_runs)")
+    variance.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///<abs --out>/mlflow.db)")
+    variance.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment name")
+    add_plugin_option(variance)
+    variance.set_defaults(handler=cmd_variance)
     return parser
 
 

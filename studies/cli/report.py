@@ -41,8 +41,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     old_claims = _old_claims(args.compare) if args.compare else None
     # made by write_report once the run is found: a refused report leaves no folder behind
     out = Path(args.report_dir) if args.report_dir else study_folder(root, args.study, args.smoke) / "report"
+    from analysis.variance import VARIANCE_DIR
+
     index = write_report(args.study, tracking_uri, out, formats=formats, experiment=args.experiment,
-                         parent_run_id=args.run, smoke=args.smoke)
+                         parent_run_id=args.run, smoke=args.smoke,
+                         variance_dir=study_folder(root, args.study, args.smoke) / VARIANCE_DIR)
     print(f"report: {index}")
     if old_claims is not None:
         _print_claim_changes(index.parent, old_claims, args.compare)
