@@ -142,6 +142,37 @@ def _initialize_from_migrated(engine, original) -> None:
     return None
 
 
+@pytest.fixture
+def fresh_plugins(monkeypatch):
+    """The test starts and ends with only the built-in parts registered and no plugin loaded."""
+    from mae_core import plugins, registry
+
+    registries = [registry.targets, registry.corruptions, registry.mask_samplers, registry.dataset_formats,
+                  registry.evaluators]
+    saved = [r.snapshot() for r in registries]
+    monkeypatch.setattr(plugins, "_loaded", {})
+    monkeypatch.setenv(plugins.ENVIRONMENT_VARIABLE, "")
+    modules = set(sys.modules)
+    yield
+    for r, entries in zip(registries, saved):
+        r.restore(entries)
+    for name in set(sys.modules) - modules:
+        if name.startswith("mae_study_plugin_"):
+            del sys.modules[name]
+
+
+# A study with a claim, small enough for seeds by need (tests/test_seed_flags.py, scenarios/test_seeds_by_need.py)
+SEEDS_BY_NEED_STUDY = """\
+name: seeds_by_need
+base: {dataset: digits}
+axes: {mask_ratio: [0.5, 0.75]}
+seeds: [0, 1]
+reference: {mask_ratio: 0.75}
+claims:
+  - {name: half_masked_linear, metric: probe_linear_acc, kind: vs_reference, delta: 0.0001}
+"""
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _stores_start_migrated():
     try:

@@ -24,27 +24,13 @@ from mae_core.targets import apply_target
 from mae_core.train import batch_target, prepare_data
 from studies.cli import main
 
-REGISTRIES = [registry.targets, registry.corruptions, registry.mask_samplers, registry.dataset_formats,
-              registry.evaluators]
 # digits, patch 2: M=16 patches of q=4 values; a one-block model, a few updates
 TINY = ["dataset=digits", "train_limit=32", "test_limit=16", "batch_size=8", "encoder_width=16",
         "encoder_depth=1", "encoder_heads=2", "decoder_width=8", "decoder_depth=1", "decoder_heads=2",
         "latent_dim=4", "steps=3", "log_every=1", "device=cpu"]
 
 
-@pytest.fixture(autouse=True)
-def fresh_plugins(monkeypatch):
-    """Each test starts and ends with only the built-ins registered and no plugin loaded."""
-    saved = [r.snapshot() for r in REGISTRIES]
-    monkeypatch.setattr(plugins, "_loaded", {})
-    monkeypatch.setenv(plugins.ENVIRONMENT_VARIABLE, "")
-    modules = set(sys.modules)
-    yield
-    for r, entries in zip(REGISTRIES, saved):
-        r.restore(entries)
-    for name in set(sys.modules) - modules:
-        if name.startswith("mae_study_plugin_"):
-            del sys.modules[name]
+pytestmark = pytest.mark.usefixtures("fresh_plugins")  # conftest: only the built-ins, no plugin loaded
 
 
 def plugin(tmp_path: Path, body: str, name: str = "parts.py") -> Path:

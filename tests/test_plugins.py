@@ -14,23 +14,7 @@ from studies.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "plugin" / "patch_stats.py"
-REGISTRIES = [registry.targets, registry.corruptions, registry.mask_samplers, registry.dataset_formats,
-              registry.evaluators]
-
-
-@pytest.fixture(autouse=True)
-def fresh_plugins(monkeypatch):
-    """Each test starts and ends with only the built-ins registered and no plugin loaded."""
-    saved = [r.snapshot() for r in REGISTRIES]
-    monkeypatch.setattr(plugins, "_loaded", {})
-    monkeypatch.setenv(plugins.ENVIRONMENT_VARIABLE, "")
-    modules = set(sys.modules)
-    yield
-    for r, entries in zip(REGISTRIES, saved):
-        r.restore(entries)
-    for name in set(sys.modules) - modules:
-        if name.startswith("mae_study_plugin_"):
-            del sys.modules[name]
+pytestmark = pytest.mark.usefixtures("fresh_plugins")  # conftest: only the built-ins, no plugin loaded
 
 
 def cli(*argv: str) -> int:

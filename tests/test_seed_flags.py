@@ -12,18 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import own_ray
+from conftest import SEEDS_BY_NEED_STUDY as STUDY, own_ray
 from studies.cli import main
 
-STUDY = """\
-name: seeds_by_need
-base: {dataset: digits}
-axes: {mask_ratio: [0.5, 0.75]}
-seeds: [0, 1]
-reference: {mask_ratio: 0.75}
-claims:
-  - {name: half_masked_linear, metric: probe_linear_acc, kind: vs_reference, delta: 0.0001}
-"""
 SEARCHED = STUDY + 'search: {space: {lr: "loguniform:1e-4:1e-2"}, samples: 2, algorithm: random}\n'
 
 

@@ -9,17 +9,8 @@ import json
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from conftest import Command, run_cli
+from conftest import SEEDS_BY_NEED_STUDY as STUDY, Command, run_cli
 
-STUDY = """\
-name: seeds_by_need
-base: {dataset: digits}
-axes: {mask_ratio: [0.5, 0.75]}
-seeds: [0, 1]
-reference: {mask_ratio: 0.75}
-claims:
-  - {name: half_masked_linear, metric: probe_linear_acc, kind: vs_reference, delta: 0.0001}
-"""
 
 
 def _cli(tmp_path, *args: str) -> Command:
