@@ -69,11 +69,15 @@ def decide(frame: pd.DataFrame, study: str, info: dict, raw_claims: Sequence[dic
         max_seeds = plan.max_seeds
         table = decide_sequential(frame, claims, axes, plan, sequential["looks"], study, note)
     else:
+        pooled = ""
         if info.get("added_outside_plan"):
             added = ", ".join(map(str, info["added_outside_plan"]))
-            note += (f"{'; ' if note else ''}seeds {added} were added after a look outside a sequential plan and "
-                     f"are pooled: the error rate of these verdicts is not controlled")
+            pooled = (f"seeds {added} were added after a look outside a sequential plan and are pooled: the "
+                      f"error rate of these verdicts is not controlled")
+            note += f"{'; ' if note else ''}{pooled}"
         table = decide_claims(frame, claims, study, note)
+        if pooled and len(table):  # said beside every verdict it affects (DESIGN), not only above the table
+            table["pooled"] = pooled
     if len(table):  # decide_claims' column of words becomes each claim's label
         table["declared"] = table["claim"].map(labels)
     text = " ".join([claims_text(table, note, info.get("smoke", False), max_seeds), *share_sentences(frame)])
@@ -172,7 +176,9 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
                      "±delta": f"{r.delta:g}", "verdict": r.verdict,
                      "n needed": "" if r.verdict != "inconclusive" else seeds_text(r.n_needed),
                      "n exact": _n_exact(r), "exact": _exact_word(r),
-                     "direction": r.direction, "mixed model": r.model_verdict, "declared": r.declared})
+                     "direction": r.direction, "mixed model": r.model_verdict, "declared": r.declared,
+                     **({"pooled": "outside a sequential plan"} if isinstance(getattr(r, "pooled", None), str)
+                        else {})})
     return pd.DataFrame(rows)
 
 

@@ -29,7 +29,7 @@ def test_the_builtins_register_through_the_decorators_in_order():
     assert registry.corruptions.names() == ("none", "gaussian", "masking", "salt_pepper")
     assert registry.mask_samplers.names() == ("random", "block", "grid")
     assert registry.dataset_formats.names() == ("cifar10", "folder", "npz", "cifar100", "cifar100_coarse",
-                                                "stl10", "imagenet")
+                                                "stl10", "imagenet", "idx")
 
 
 def test_every_choice_list_is_the_registrys():

@@ -44,7 +44,7 @@ def test_add_seeds_pools_the_new_seeds_with_the_old_in_one_report(tmp_path):
     assert json.loads(parents[0].data.tags["grid"])["seed"] == [0, 1, 2]  # the grid as it stands now
     _cli(tmp_path, "report", "seeds_by_need", "--smoke", "--out", "out", "--report-dir", "report", "--format", "png")
     claims = pd.read_csv(tmp_path / "report" / "claims.csv")
-    assert list(claims["n"]) == [3] and "outside a sequential plan" in claims["declared"].iloc[0]
+    assert list(claims["n"]) == [3] and "outside a sequential plan" in claims["pooled"].iloc[0]
     trials = pd.read_csv(tmp_path / "report" / "trials.csv")
     assert sorted(trials["seed"]) == [0, 0, 1, 1, 2, 2]
 
