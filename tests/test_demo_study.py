@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from analysis import results_text
 from mae_core.config import Config
 from mae_core.train import prepare_data
@@ -34,6 +36,7 @@ def test_every_full_cell_reads_the_whole_fashion_mnist_test_split():
     assert len(DEMO.claims) >= 4 and all(c.get("metric") for c in DEMO.claims)
 
 
+@pytest.mark.slow  # trains and fine-tunes: about a minute on two shared cores
 def test_the_smoke_cell_trains_and_logs_every_metric_its_claims_read(tmp_path, monkeypatch):
     write_idx(tmp_path / "data" / "fashion-mnist", n_train=300, n_test=60, gz=True)
     monkeypatch.setenv("MAE_STUDY_DATA", str(tmp_path / "data"))
