@@ -65,13 +65,17 @@ data: $(STAMP)
 	          || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist; }; } >/dev/null 2>&1; then \
 	  echo "make: Fashion-MNIST installed (apt-get install dataset-fashion-mnist)"; \
 	elif $(BIN)/mae-study fetch fashion_mnist; then :; \
-	else echo "make: no Fashion-MNIST (apt and mae-study fetch both failed): the demo runs on digits"; fi
+	else echo "make: no Fashion-MNIST (apt and mae-study fetch both failed): the demo runs mask_ratio on digits"; fi
 
-# The demo study is still mask_ratio on digits; `data` puts Fashion-MNIST in place for the
-# Fashion-MNIST demo study that replaces it.
+# The demo: fashion_mask_ratio (MAE Figure 5 on Fashion-MNIST, about 15 minutes on two cores,
+# report included) where `data` found or installed Fashion-MNIST, else mask_ratio on digits (`data`
+# has already said so in one line).
+DEMO_STUDY := fashion_mask_ratio
 demo: $(STAMP) data
-	$(BIN)/mae-study run mask_ratio
-	$(BIN)/mae-study report mask_ratio
+	@if $(BIN)/python -c 'from mae_core.named_datasets import locate; locate("fashion_mnist")' 2>/dev/null; then \
+	  study=$(DEMO_STUDY); \
+	else study=mask_ratio; fi; \
+	$(BIN)/mae-study run $$study && $(BIN)/mae-study report $$study
 
 test: $(STAMP) $(TIMM_STAMP)
 	$(BIN)/python -m pytest --durations=25

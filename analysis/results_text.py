@@ -1,8 +1,9 @@
 """The results sections of README.md and docs/results/README.md, written from the committed reports.
 
-Every number between ``<!-- results:begin -->`` and ``<!-- results:end -->`` in those two files
-comes from a report folder's ``claims.csv`` and ``trials.csv``; nothing there is typed by hand,
-so it cannot drift from the data. ``python -m analysis.results_text`` rewrites both sections;
+Every number between ``<!-- results:begin -->`` and ``<!-- results:end -->`` in those two files,
+and between ``<!-- demo:begin -->`` and ``<!-- demo:end -->`` in README.md (what ``make demo``
+found: the :data:`DEMO` study's report), comes from a report folder's ``claims.csv`` and
+``trials.csv``; nothing there is typed by hand, so it cannot drift from the data. ``python -m analysis.results_text`` rewrites both sections;
 ``--check`` exits 1 when either differs from what it would write (the test suite runs the check).
 """
 
@@ -27,8 +28,10 @@ DECLARED_TEXT = ("before: in the claims block hashed when the study started, its
                  "written after the start or before registration was recorded, exploratory; unregistered: the "
                  "study file was not committed")
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-# The order the studies are read in (the MAE paper's figures and tables, then the lesson).
-ORDER = ("mask_ratio", "objectives", "mask_token", "decoder_depth", "decoder_width", "target", "mask_sampling",
+DEMO_BEGIN, DEMO_END = "<!-- demo:begin -->", "<!-- demo:end -->"
+DEMO = "fashion_mask_ratio"  # the study `make demo` runs (Makefile) where Fashion-MNIST is available
+# The order the studies are read in (the demo, the MAE paper's figures and tables, then the lesson).
+ORDER = (DEMO, "mask_ratio", "objectives", "mask_token", "decoder_depth", "decoder_width", "target", "mask_sampling",
          "corruption", "schedule", "partial_finetune", "lesson", "lesson_large_decoder")
 # Per-cell columns shown when the trials logged them: (metric, heading, format).
 CELL_COLUMNS = (("test_mae_risk", "masked risk", ".4f"), ("test_rec_risk", "reconstruction risk", ".4f"),
@@ -248,14 +251,28 @@ def main_readme(folders: list[Path]) -> str:
     return head + markdown_table(pd.DataFrame(rows))
 
 
-def splice(text: str, section: str, path: Path) -> str:
-    """``text`` with everything between the markers replaced by ``section``."""
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"{path} has no {BEGIN} … {END} section")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n<!-- written by `python -m analysis.results_text` from docs/results/*/claims.csv and " \
-           f"trials.csv; edits here are overwritten -->\n\n{section.rstrip()}\n\n{END}{tail}"
+def demo_section(folder: Path) -> str:
+    """README.md's "What `make demo` found": the demo report's trials in a line, its cells (mean
+    ± sd over seeds) and every declared claim decided, linked to the report."""
+    claims = pd.read_csv(folder / "claims.csv")
+    trials = pd.read_csv(folder / "trials.csv")
+    seeds = sorted(trials["seed"].unique())
+    finished = int((trials["status"] == "FINISHED").sum())
+    head = (f"[The report](docs/results/{folder.name}/): {len(trials)} trials ({finished} finished), seeds "
+            f"{seeds[0]}-{seeds[-1]}; {len(claims)} claims, declared: {_declared(claims)}; verdicts: "
+            f"{_counts(claims) or 'none'} (one family at α = 0.05).\n\n")
+    return (head + markdown_table(_cell_table(trials)) + "\nMean ± sd over seeds.\n\n"
+            + markdown_table(claims_table(claims)))
+
+
+def splice(text: str, section: str, path: Path, begin: str = BEGIN, end: str = END) -> str:
+    """``text`` with everything between the markers ``begin`` and ``end`` replaced by ``section``."""
+    if begin not in text or end not in text:
+        raise ValueError(f"{path} has no {begin} … {end} section")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n<!-- written by `python -m analysis.results_text` from docs/results/*/claims.csv and " \
+           f"trials.csv; edits here are overwritten -->\n\n{section.rstrip()}\n\n{end}{tail}"
 
 
 def targets(root: Path = ROOT) -> dict[Path, str]:
@@ -265,6 +282,10 @@ def targets(root: Path = ROOT) -> dict[Path, str]:
     for path, section in ((root / "README.md", main_readme(folders)),
                           (root / "docs" / "results" / "README.md", results_readme(folders))):
         wanted[path] = splice(path.read_text(encoding="utf-8"), section, path)
+    demo = root / "docs" / "results" / DEMO
+    if (demo / "claims.csv").is_file():
+        readme = root / "README.md"
+        wanted[readme] = splice(wanted[readme], demo_section(demo), readme, DEMO_BEGIN, DEMO_END)
     return wanted
 
 

@@ -19,6 +19,7 @@ EXPECTED = {
     "corruption": {"corruption": "gaussian", "corruption_level": 0.3},
     "objectives": {"objective": "mae"}, "schedule": {"steps": 2000}, "lesson": {"mask_ratio": 0.75},
     "partial_finetune": {"eval.finetune_blocks": 0},  # the head alone on the frozen encoder
+    "fashion_mask_ratio": {"mask_ratio": 0.75},
 }
 
 
