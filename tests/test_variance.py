@@ -1,7 +1,7 @@
 """``mae-study variance`` without Ray: the design varies one source at a time, the components
 and their chi-square intervals are the one-way design's, the report shows a variance.csv, and
 bad input is one line with exit status 2 before anything runs (the design run through Ray is
-tests/scenarios/test_variance.py)."""
+tests/scenarios/test_variance_study.py)."""
 
 from __future__ import annotations
 
