@@ -142,6 +142,16 @@ def _initialize_from_migrated(engine, original) -> None:
     return None
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a busy machine two spin-waiting
+    threads turn a 0.1 s fine-tune into seconds."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def fresh_plugins(monkeypatch):
     """The test starts and ends with only the built-in parts registered and no plugin loaded."""

@@ -20,12 +20,7 @@ TINY = dict(dataset="digits", encoder_width=16, encoder_depth=1, encoder_heads=2
 CANDIDATES = (2, 4, 6, 8)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models, one intra-op thread
 
 
 def _cell(**keys) -> tuple[torch.nn.Module, Config]:

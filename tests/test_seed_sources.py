@@ -23,12 +23,7 @@ SOURCES = ("seed_data", "seed_init", "seed_masks", "seed_eval")
 QUICK_EVAL = {"eval.linear_cs": "1", "eval.knn_ks": "5", "eval.fewshot_draws": 2, "eval.fewshot": 2}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models, one intra-op thread
 
 
 def config(**keys) -> Config:
