@@ -211,8 +211,7 @@ def study_section(folder: Path) -> str:
     head = (f"{title}\n\n[report]({folder.name}/) · {len(trials)} trials ({finished} finished), "
             f"seeds {seeds[0]}-{seeds[-1]}, {dataset}, {steps} updates. Claims declared: "
             f"{_declared(claims)}; verdicts: {_counts(claims) or 'none'}.\n\n")
-    return (head + markdown_table(_cell_table(trials)) + "\nMean ± sd over seeds.\n\n"
-            + markdown_table(claims_table(claims)))
+    return head + markdown_table(claims_table(claims))
 
 
 def results_readme(folders: list[Path]) -> str:
@@ -252,8 +251,8 @@ def main_readme(folders: list[Path]) -> str:
 
 
 def demo_section(folder: Path) -> str:
-    """README.md's "What `make demo` found": the demo report's trials in a line, its cells (mean
-    ± sd over seeds) and every declared claim decided, linked to the report."""
+    """README.md's "What `make demo` found": the demo report's trials in a line and every declared
+    claim decided, linked to the report (its cells, mean ± sd over seeds, are in the report)."""
     claims = pd.read_csv(folder / "claims.csv")
     trials = pd.read_csv(folder / "trials.csv")
     seeds = sorted(trials["seed"].unique())
@@ -261,8 +260,7 @@ def demo_section(folder: Path) -> str:
     head = (f"[The report](docs/results/{folder.name}/): {len(trials)} trials ({finished} finished), seeds "
             f"{seeds[0]}-{seeds[-1]}; {len(claims)} claims, declared: {_declared(claims)}; verdicts: "
             f"{_counts(claims) or 'none'} (one family at α = 0.05).\n\n")
-    return (head + markdown_table(_cell_table(trials)) + "\nMean ± sd over seeds.\n\n"
-            + markdown_table(claims_table(claims)))
+    return head + markdown_table(claims_table(claims))
 
 
 def splice(text: str, section: str, path: Path, begin: str = BEGIN, end: str = END) -> str:
