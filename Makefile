@@ -67,7 +67,7 @@ data: $(STAMP)
 	elif $(BIN)/mae-study fetch fashion_mnist; then :; \
 	else echo "make: no Fashion-MNIST (apt and mae-study fetch both failed): the demo runs mask_ratio on digits"; fi
 
-# The demo: fashion_mask_ratio (MAE Figure 5 on Fashion-MNIST, about 15 minutes on two cores,
+# The demo: fashion_mask_ratio (MAE Figure 5 on Fashion-MNIST, 11 min on two cores, measured once,
 # report included) where `data` found or installed Fashion-MNIST, else mask_ratio on digits (`data`
 # has already said so in one line).
 DEMO_STUDY := fashion_mask_ratio
