@@ -28,6 +28,7 @@ import numpy as np
 
 from .formats import DataError, Splits, check_labels
 from .images import BYTE_VALUES, ImageStore
+from .labels import numbered_class_names
 
 UNSIGNED_BYTE = 0x08  # the header's type code for uint8 values
 CHUNK_BYTES = 8 * 2**20
@@ -143,7 +144,7 @@ def load_idx(folder: Path, ram_bytes: int, names: tuple[str, ...] | None = None)
         raise DataError(f"idx folder {folder}: test images are {images['t10k'].shape[1:]} but training images "
                         f"are {images['train'].shape[1:]} (H, W)")
     all_labels = np.concatenate([labels["train"], labels["t10k"]])
-    names = names or tuple(str(i) for i in range(int(all_labels.max()) + 1))
+    names = names or numbered_class_names(all_labels, f"idx folder {folder}")
     check_labels(all_labels, len(names), folder)
     train, test = (_store(images[s]) for s in ("train", "t10k"))
     return Splits(train, labels["train"], test, labels["t10k"], tuple(names))
