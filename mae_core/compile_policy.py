@@ -68,6 +68,12 @@ def model_class(encoder_width: int) -> str:
 RECORDED: dict[tuple[str, str, bool], CompileCost] = {}
 
 
+def fallback_compiles(device_type: str, updates: int) -> bool:
+    """The fallback rule (no measurement recorded): compile a run of ``updates`` once it reaches
+    :data:`FALLBACK_MIN_UPDATES` of its device class (any device other than CUDA: the CPU's)."""
+    return updates >= FALLBACK_MIN_UPDATES["cuda" if device_type == "cuda" else "cpu"]
+
+
 @dataclass(frozen=True)
 class CompileDecision:
     compile: bool
@@ -93,5 +99,5 @@ def decide(device_type: str, updates: int, *, encoder_width: int, graph: bool,
         return CompileDecision(False, "a small model's update captured in a CUDA graph: no measurement says "
                                       "compiling it pays, so the graph runs uncompiled")
     threshold = FALLBACK_MIN_UPDATES[device]
-    return CompileDecision(updates >= threshold, f"no measurement recorded for a {size} model on {device}: "
+    return CompileDecision(fallback_compiles(device, updates), f"no measurement recorded for a {size} model on {device}: "
                                                  f"the fallback compiles runs of {threshold} updates or more")

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationErr
 from pydantic.fields import FieldInfo
 
 from . import registry
-from .compile_policy import FALLBACK_MIN_UPDATES, decide
+from .compile_policy import FALLBACK_MIN_UPDATES, decide, fallback_compiles
 from .errors import UserError, first_problem, shown
 
 # compile="auto" decides from measured compile cost and per-update gain where one is recorded
@@ -40,7 +40,7 @@ def compile_pays_off(device_type: str, steps: int) -> bool:
     """The fallback rule of ``compile=auto`` (no measurement recorded): compile a run of
     ``steps`` updates on ``device_type`` (``"cpu"``, ``"cuda"``) once it reaches that device
     class's run length; any device other than CUDA keeps the CPU's."""
-    return steps >= (COMPILE_AUTO_MIN_STEPS_CUDA if device_type == "cuda" else COMPILE_AUTO_MIN_STEPS)
+    return fallback_compiles(device_type, steps)
 
 
 class ConfigError(UserError):
