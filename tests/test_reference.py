@@ -19,7 +19,10 @@ EXPECTED = {
     "corruption": {"corruption": "gaussian", "corruption_level": 0.3},
     "objectives": {"objective": "mae"}, "schedule": {"steps": 2000}, "lesson": {"mask_ratio": 0.75},
     "partial_finetune": {"eval.finetune_blocks": 0},  # the head alone on the frozen encoder
-    "fashion_mask_ratio": {"mask_ratio": 0.75},
+    "fashion_mask_ratio": {"mask_ratio": 0.75}, "fashion_decoder_depth": {"decoder_depth": 2},
+    "fashion_decoder_width": {"decoder_width": 32}, "fashion_mask_token": {"mask_token_in_encoder": False},
+    "fashion_target": {"target": "raw"}, "fashion_mask_sampling": {"mask_sampling": "random"},
+    "fashion_objectives": {"objective": "mae"},
 }
 
 

@@ -13,7 +13,9 @@ root="$(mkdir -p "$1" && cd "$1" && pwd)"; shift
 mae_study="${MAE_STUDY:-$repo/.venv/bin/mae-study}"
 studies=("$@")
 [ ${#studies[@]} -gt 0 ] || studies=(mask_ratio mask_token target decoder_depth objectives mask_sampling
-                                     decoder_width schedule corruption lesson lesson_large_decoder partial_finetune)
+                                     decoder_width schedule corruption lesson lesson_large_decoder partial_finetune
+                                     fashion_mask_ratio fashion_decoder_depth fashion_decoder_width
+                                     fashion_mask_token fashion_target fashion_mask_sampling fashion_objectives)
 for name in "${studies[@]}"; do
   study="$name"; extra=()
   # the lesson's third exercise: a decoder larger than the encoder (seed 001)
