@@ -654,7 +654,8 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
     recons, recon_files = _reconstructions(frame, axes, tracking_uri, out, formats)
     files = [p.name for p in [trials_path, info_path, *claim_paths, *findings_paths, table_path, *table_paths,
                               *correlation_paths]]
-    variance_html, variance_files = _variance_section(variance_dir or out.parent / variance.VARIANCE_DIR, out)
+    variance_html, variance_files = _variance_section(variance_dir or out.parent / variance.VARIANCE_DIR, out,
+                                                      claims.table)
     index = out / "index.html"
     failures = [f"{_cell_text({a: row[a] for a in axes}) if axes else study}: {row['note']}"
                 for _, row in display[display["note"] != ""].iterrows()]
@@ -675,9 +676,10 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
     return index
 
 
-def _variance_section(folder: Path, out: Path) -> tuple[str, list[str]]:
-    """The variance section and the files it copied into ``out`` (its csv and figure), when
-    ``folder`` holds a ``variance.csv``; ("", []) otherwise."""
+def _variance_section(folder: Path, out: Path, claims: pd.DataFrame | None = None) -> tuple[str, list[str]]:
+    """The variance section and the files it copied or wrote into ``out`` (its csv and figure,
+    and with ``claims`` each open claim priced in seeds and in repeats), when ``folder`` holds a
+    ``variance.csv``; ("", []) otherwise."""
     table = variance.read_variance(folder)
     if table is None:
         return "", []
@@ -691,4 +693,10 @@ def _variance_section(folder: Path, out: Path) -> tuple[str, list[str]]:
     if advice is not None and folder.resolve() != out.resolve():
         shutil.copyfile(folder / variance.ADVICE_FILE, out / variance.ADVICE_FILE)
         copied.append(variance.ADVICE_FILE)
-    return variance.section_html(table, png.read_bytes() if png.is_file() else None, advice), copied
+    spend = None
+    if advice is not None and claims is not None and len(claims):
+        spend = variance.claims_spend(claims, advice)
+        if len(spend):
+            spend.to_csv(out / variance.CLAIMS_SPEND_FILE, index=False)
+            copied.append(variance.CLAIMS_SPEND_FILE)
+    return variance.section_html(table, png.read_bytes() if png.is_file() else None, advice, spend), copied

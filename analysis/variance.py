@@ -165,6 +165,38 @@ def repeats_advice(table: pd.DataFrame, pretrain_seconds: float, eval_seconds: f
     return pd.DataFrame(rows, columns=ADVICE_COLUMNS)
 
 
+CLAIMS_SPEND_FILE = "variance_claims.csv"
+CLAIMS_SPEND_COLUMNS = ["hypothesis", "metric", "n_needed", "seconds_seeds", "best_repeats",
+                        "n_needed_repeats", "seconds_repeats"]
+
+
+def claims_spend(claims: pd.DataFrame, advice: pd.DataFrame) -> pd.DataFrame:
+    """Each open hypothesis of ``claims`` (a ``claims.csv`` table) priced both ways from
+    :func:`repeats_advice`'s ``advice``: ``n_needed`` seeds per cell at one evaluation each
+    (``seconds_seeds`` = n·(P + V) per cell), against ``n_needed_repeats`` =
+    ⌈n·(T + E/R*)/(T + E)⌉ seeds at ``eval.repeats`` R* (``seconds_repeats`` = n'·(P + R*·V)).
+    Rows: the hypotheses with a finite ``n_needed`` whose metric the design measured; a paired
+    comparison's variance is taken as shared out by source like its cell's (the advice's
+    assumption)."""
+    by_metric = advice.set_index("metric")
+    rows = []
+    for _, claim in claims.iterrows():
+        needed, metric = float(claim.get("n_needed", math.nan)), claim.get("metric")
+        if not math.isfinite(needed) or metric not in by_metric.index:
+            continue
+        row = by_metric.loc[metric]
+        training, evaluation, best = row["training_variance"], row["eval_variance"], row["best_repeats"]
+        if not (math.isfinite(best) and training + evaluation > 0):
+            continue
+        shrunk = math.ceil(needed * (training + evaluation / best) / (training + evaluation))
+        rows.append({"hypothesis": claim.get("hypothesis", claim.get("claim")), "metric": metric,
+                     "n_needed": int(needed),
+                     "seconds_seeds": needed * (row["pretrain_seconds"] + row["eval_seconds"]),
+                     "best_repeats": int(best), "n_needed_repeats": shrunk,
+                     "seconds_repeats": shrunk * (row["pretrain_seconds"] + best * row["eval_seconds"])})
+    return pd.DataFrame(rows, columns=CLAIMS_SPEND_COLUMNS)
+
+
 def trial_seconds(frame: pd.DataFrame) -> tuple[float, float]:
     """(pretrain, eval) seconds of one trial of the design: the medians over its finished trials
     that trained their own encoder (a ``seed_eval`` trial reusing one reports no pretraining)."""
@@ -275,9 +307,11 @@ ADVICE_INTRO = ("A cell's mean over n seeds with R evaluation repeats has varian
                 "of seeds by need) then takes, against one evaluation per seed; n_needed shrinks by (T + E/R)/(T + E).")
 
 
-def section_html(table: pd.DataFrame, figure_png: bytes | None = None, advice: pd.DataFrame | None = None) -> str:
-    """The report's section on ``table`` (:func:`components`'s), with the figure and the
-    seeds-or-repeats advice (:func:`repeats_advice`) when given."""
+def section_html(table: pd.DataFrame, figure_png: bytes | None = None, advice: pd.DataFrame | None = None,
+                 spend: pd.DataFrame | None = None) -> str:
+    """The report's section on ``table`` (:func:`components`'s), with the figure, the
+    seeds-or-repeats advice (:func:`repeats_advice`) and the open claims priced both ways
+    (:func:`claims_spend`) when given."""
     import base64
 
     e = html.escape
@@ -301,5 +335,16 @@ def section_html(table: pd.DataFrame, figure_png: bytes | None = None, advice: p
                   "evaluation per trial.</p>",
                   "<ul>" + "".join(f"<li>{e(line)}</li>" for line in advice_text(advice)) + "</ul>",
                   "<p class='meta'>Every number: <a href='variance_advice.csv'><code>variance_advice.csv"
+                  "</code></a>.</p>"]
+    if spend is not None and len(spend):
+        shown = spend.copy()
+        for column in ("seconds_seeds", "seconds_repeats"):
+            shown[column] = shown[column].map(lambda v: f"{v / 60:.0f} min")
+        parts += ["<h3>What each open claim would cost</h3><p>Seeds per cell that would decide it at the "
+                  "observed effect (<code>n_needed</code>) and a cell's seconds for them, against the seeds "
+                  "and seconds at the metric's best <code>eval.repeats</code> (fewer seeds, each evaluated "
+                  "R times).</p>",
+                  '<div class="scroll">' + shown.to_html(index=False, border=0, escape=True) + "</div>",
+                  f"<p class='meta'>Every number: <a href='{CLAIMS_SPEND_FILE}'><code>{CLAIMS_SPEND_FILE}"
                   "</code></a>.</p>"]
     return "\n".join(parts)

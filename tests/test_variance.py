@@ -11,8 +11,8 @@ import pytest
 from scipy import stats
 
 from analysis.report import _variance_section
-from analysis.variance import (COLUMNS, SOURCES, advice_text, components, design_rows, repeats_advice,
-                               variance_design, write_variance)
+from analysis.variance import (COLUMNS, SOURCES, advice_text, claims_spend, components, design_rows,
+                               repeats_advice, variance_design, write_variance)
 from studies.cli import main
 
 
@@ -116,3 +116,25 @@ def test_the_cell_is_the_reference_unless_named_and_one_flag_takes_several_axes(
     design = variance_design(study, chosen_cell(study, args.cell), 3)
     assert design.name == "two_variance" and design.base == {"mask_ratio": 0.5, "decoder_depth": 2}
     assert design.seeds == (0,) and design.axes == {} and len(design.cells()) == 12
+
+
+def test_an_open_claim_is_priced_in_seeds_and_in_repeats(tmp_path):
+    frame = synthetic_frame({"seed_data": [0.50, 0.51], "seed_init": [0.50, 0.51], "seed_masks": [0.50, 0.51],
+                             "seed_eval": [0.40, 0.60]})
+    advice = repeats_advice(components(frame, seed=0), pretrain_seconds=60.0, eval_seconds=5.0)
+    claims = pd.DataFrame({"hypothesis": ["open", "decided", "unmeasured"],
+                           "metric": ["probe_linear_acc", "probe_linear_acc", "finetune_acc"],
+                           "n_needed": [40.0, np.nan, 30.0]})
+    spend = claims_spend(claims, advice)
+    assert spend["hypothesis"].tolist() == ["open"]  # decided: no n_needed; finetune_acc: not measured
+    row = advice.set_index("metric").loc["probe_linear_acc"]
+    t, e, best = row["training_variance"], row["eval_variance"], int(row["best_repeats"])
+    assert spend.loc[0, "n_needed_repeats"] == int(np.ceil(40 * (t + e / best) / (t + e)))
+    assert spend.loc[0, "seconds_seeds"] == 40 * 65
+    assert spend.loc[0, "seconds_repeats"] == spend.loc[0, "n_needed_repeats"] * (60 + best * 5)
+    assert spend.loc[0, "seconds_repeats"] < spend.loc[0, "seconds_seeds"]  # repeats pay here
+    write_variance(components(frame, seed=0), tmp_path / "variance", advice=advice)
+    (tmp_path / "report").mkdir()
+    section, copied = _variance_section(tmp_path / "variance", tmp_path / "report", claims)
+    assert "What each open claim would cost" in section and "variance_claims.csv" in copied
+    assert pd.read_csv(tmp_path / "report" / "variance_claims.csv")["n_needed"].tolist() == [40]
