@@ -27,14 +27,20 @@ def evaluate_trial(model, config, data, *, probes: bool = True, baselines=None) 
     With ``eval.repeats`` K > 1 the evaluation runs K times, with ``seed_eval`` = s, s+1, ...,
     s+K-1 (s the trial's resolved ``seed_eval``): each metric is the mean of its K values and
     ``<metric>_sd`` their sample standard deviation (:func:`repeated_mean`). K = 1 is one
-    evaluation with seed s, the numbers a trial always logged."""
+    evaluation with seed s, the numbers a trial always logged.
+
+    Whatever the evaluators, ``data_train_test_duplicates`` (test images byte-equal to a training
+    image; 0 for the built-in datasets) is logged beside them: the split's leak check is
+    bookkeeping of the data, not of one evaluator."""
     repeats = config.eval.repeats
     if repeats == 1:
-        return _evaluate_once(model, config, data, probes=probes, baselines=baselines)
-    first = config.eval_seed
-    runs = [_evaluate_once(model, config.with_updates(seed_eval=first + r), data, probes=probes, baselines=baselines)
-            for r in range(repeats)]
-    return repeated_mean(runs)
+        metrics = _evaluate_once(model, config, data, probes=probes, baselines=baselines)
+    else:
+        first = config.eval_seed
+        metrics = repeated_mean([_evaluate_once(model, config.with_updates(seed_eval=first + r), data,
+                                                probes=probes, baselines=baselines) for r in range(repeats)])
+    metrics["data_train_test_duplicates"] = float(data.train_test_duplicates)
+    return metrics
 
 
 def repeated_mean(runs: list[dict[str, float]]) -> dict[str, float]:

@@ -23,13 +23,10 @@ def rows_logged_by(name: str) -> tuple[Metric, ...]:
 @evaluator("risks", metrics=rows_logged_by("risks"))
 def risks(model, config, data, *, baselines=None) -> dict[str, float]:
     """The spec's empirical risks on the test split (the objective's, the mean-pixel baseline's,
-    an MAE's all-visible diagnostic) and ``data_train_test_duplicates`` (test images byte-equal
-    to a training image; 0 for the built-in datasets)."""
+    an MAE's all-visible diagnostic)."""
     from .risks import reconstruction_metrics
 
-    metrics = reconstruction_metrics(model, config, data)
-    metrics["data_train_test_duplicates"] = float(data.train_test_duplicates)
-    return metrics
+    return reconstruction_metrics(model, config, data)
 
 
 @evaluator("probes", metrics=rows_logged_by("probes"))

@@ -222,7 +222,7 @@ METRICS: dict[str, Metric] = _MetricTable({m.name: m for m in (
     Metric("probe_test_size", "bookkeeping", "test split (images)", "test split size", "images", False,
            logged_by="probes"),
     Metric("data_train_test_duplicates", "bookkeeping", "test images equal to a training image",
-           "number of test images byte-equal to a training image", "images", True, logged_by="risks"),
+           "number of test images byte-equal to a training image", "images", True),  # every evaluation
     Metric("train_loss", "bookkeeping", "training loss", "training loss", "target", True),
     # Online evaluation (eval.every; evaluation.online): histories with step = update, on fixed
     # small subsets, so not the final probes' or risks' numbers (bookkeeping: never a finding).

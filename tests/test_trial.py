@@ -117,6 +117,15 @@ def test_the_ae_logs_its_reconstruction_risk():
     assert metrics["data_train_test_duplicates"] == 0.0
 
 
+def test_the_duplicate_count_is_logged_whatever_the_evaluators():
+    """The leak check is the data's bookkeeping: a probes-only evaluation (the demo's) logs it
+    too, and repeats log it once, without a spread."""
+    config = tiny_config(**{"eval.evaluators": ["probes"], "eval.repeats": 2})
+    metrics = evaluate_trial(build_model(config), config, prepare_data(config))
+    assert "test_baseline_risk" not in metrics and "probe_linear_acc" in metrics
+    assert metrics["data_train_test_duplicates"] == 0.0 and "data_train_test_duplicates_sd" not in metrics
+
+
 def test_planted_duplicates_reach_the_trial_metrics(tmp_path):
     import warnings
 
