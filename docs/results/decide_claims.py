@@ -4,7 +4,10 @@
 
 Writes claims.csv, claims.md and fig_claims.* into each report folder and rewrites its
 correlations.csv/.md under the current rules (at least 10 clusters, no p-values that treat trials
-as independent). A report whose run carried its claims (study.json's "claims") is decided with
+as independent) and its exploratory comparisons (comparisons.csv, baselines.csv, findings.md) in
+the claims' four verdicts, "exploratory, outside the family" (issue 35 part 4). index.html needs
+the run's MLflow store (histories, reconstructions, provenance): a folder whose store is gone
+keeps the page it was written with, and its csv and md files are the current numbers. A report whose run carried its claims (study.json's "claims") is decided with
 them; reports of runs that predate claims are decided with the claims its built-in study file
 declares now, and say so above the table. Every claim is labelled in the column declared as the
 report labels it (analysis.registration): these runs predate the tags that register claims at
@@ -18,7 +21,7 @@ import sys
 from pathlib import Path
 
 from analysis.claims_report import decide, write_claims
-from analysis.report import _write_correlations
+from analysis.report import _write_correlations, _write_findings
 from analysis.trials_file import load_trials
 from studies.registry import get_study
 
@@ -33,11 +36,16 @@ UNTAGGED = ("these claims are the ones the run read from its study file (the par
 def decide_folder(folder: Path) -> str:
     frame, info = load_trials(folder / "trials.csv", folder.name, get_study)
     study = str(frame["study"].dropna().iloc[0]) if "study" in frame else folder.name
-    raw, note = (info["claims"], UNTAGGED) if info.get("claims") else (list(get_study(study).claims), AFTER)
+    if info.get("claims"):  # registered at the start (claims_sha256): the labels say it all
+        raw, note = info["claims"], "" if info.get("claims_sha256") else UNTAGGED
+    else:
+        raw, note = list(get_study(study).claims), AFTER
     claims = decide(frame, study, info, raw, note)
     write_claims(claims, study, folder)
     axes = [a for a in info["axes"] if a in frame]
     _write_correlations(frame, study, axes, folder, smoke=bool(info.get("smoke")))
+    if not info.get("search"):
+        _write_findings(frame, study, axes, info, folder)
     counts = claims.table["verdict"].value_counts().to_dict()
     return f"{folder.name}: {len(claims.table)} hypotheses {counts}; not decided: {len(claims.skipped)}"
 
