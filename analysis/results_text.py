@@ -48,6 +48,18 @@ TESTBEDS = {"fashion_mnist": "Fashion-MNIST"}
 SMALL_TESTBED = "the digits testbed"
 
 
+# What a committed report's trials lack, from fixes that came after them (issue 34): said beside
+# the report, since its numbers stay as they ran.
+LACKS = {
+    "decoder_depth": "its trials predate a fix: a random-init encoder was drawn per cell rather than once per "
+                     "seed, so its random_probe_* baselines differ between the cells of one seed",
+    "decoder_width": "its trials predate a fix: a random-init encoder was drawn per cell rather than once per "
+                     "seed, so its random_probe_* baselines differ between the cells of one seed",
+    "mask_ratio": "its trials predate the validated-length fine-tuning of the pretrained encoder "
+                  "(finetune_best_acc): fine-tuning there is at the fixed length only",
+}
+
+
 def testbed_of(folder: Path) -> str:
     """"Fashion-MNIST", :data:`SMALL_TESTBED`, or "" when the folder has no ``trials.csv``."""
     path = folder / "trials.csv"
@@ -205,7 +217,14 @@ def overview(folders: list[Path], links: str) -> str:
     counted, variants = counted_folders(folders)
     total = everything[everything["report"].isin([f.name for f in counted])]
     median = _median_needed(total)
-    text = (f"{len(total)} hypotheses in {len(counted)} studies: {_counts(total)}. {COUNTING} Variants here: "
+    by_testbed = {}
+    for folder in counted:
+        by_testbed.setdefault(testbed_of(folder), []).append(folder.name)
+    per_testbed = " ".join(
+        f"On {testbed or 'an unknown testbed'}: {len(names)} studies, "
+        f"{_counts(total[total['report'].isin(names)]) or 'no claims'}." for testbed, names in by_testbed.items())
+    text = (f"{len(total)} hypotheses in {len(counted)} studies: {_counts(total)}. {per_testbed} {COUNTING} "
+            f"Variants here: "
             f"{', '.join(f'{v} (of {s})' for v, s in variants.items()) or 'none'}. Each report is one family at "
             f"α = 0.05; \"inconclusive\" is not \"no effect\": the last column gives the seeds per cell that "
             f"would decide it at the observed effect and spread"
@@ -226,9 +245,11 @@ def study_section(folder: Path) -> str:
     seeds = sorted(trials["seed"].unique())
     dataset = ", ".join(sorted(map(str, trials["dataset"].unique()))) if "dataset" in trials else "?"
     steps = ", ".join(map(str, sorted(trials["steps"].unique()))) if "steps" in trials else "?"
-    head = (f"{title}\n\n[report]({folder.name}/) · {len(trials)} trials ({finished} finished), "
-            f"seeds {seeds[0]}-{seeds[-1]}, {dataset}, {steps} updates. Claims declared: "
-            f"{_declared(claims)}; verdicts: {_counts(claims) or 'none'}.\n\n")
+    testbed = testbed_of(folder)
+    lacks = f" What it lacks: {LACKS[folder.name]}." if folder.name in LACKS else ""
+    head = (f"{title}\n\n[report]({folder.name}/) · {testbed or 'testbed unknown'}: {len(trials)} trials "
+            f"({finished} finished), seeds {seeds[0]}-{seeds[-1]}, {dataset}, {steps} updates. Claims declared: "
+            f"{_declared(claims)}; verdicts: {_counts(claims) or 'none'}.{lacks}\n\n")
     return head + markdown_table(claims_table(claims))
 
 
