@@ -175,12 +175,13 @@ def claims_spend(claims: pd.DataFrame, advice: pd.DataFrame) -> pd.DataFrame:
     :func:`repeats_advice`'s ``advice``: ``n_needed`` seeds per cell at one evaluation each
     (``seconds_seeds`` = n·(P + V) per cell), against ``n_needed_repeats`` =
     ⌈n·(T + E/R*)/(T + E)⌉ seeds at ``eval.repeats`` R* (``seconds_repeats`` = n'·(P + R*·V)).
-    Rows: the hypotheses with a finite ``n_needed`` whose metric the design measured; a paired
+    Rows: the inconclusive hypotheses with a finite ``n_needed`` whose metric the design measured; a paired
     comparison's variance is taken as shared out by source like its cell's (the advice's
     assumption)."""
     by_metric = advice.set_index("metric")
     rows = []
-    for _, claim in claims.iterrows():
+    open_ = claims[claims["verdict"] == "inconclusive"] if "verdict" in claims else claims
+    for _, claim in open_.iterrows():
         needed, metric = float(claim.get("n_needed", math.nan)), claim.get("metric")
         if not math.isfinite(needed) or metric not in by_metric.index:
             continue
@@ -188,7 +189,8 @@ def claims_spend(claims: pd.DataFrame, advice: pd.DataFrame) -> pd.DataFrame:
         training, evaluation, best = row["training_variance"], row["eval_variance"], row["best_repeats"]
         if not (math.isfinite(best) and training + evaluation > 0):
             continue
-        shrunk = math.ceil(needed * (training + evaluation / best) / (training + evaluation))
+        # (rounded first: at R* = 1 the ratio is 1 up to float error, and n must stay n)
+        shrunk = math.ceil(round(needed * (training + evaluation / best) / (training + evaluation), 9))
         rows.append({"hypothesis": claim.get("hypothesis", claim.get("claim")), "metric": metric,
                      "n_needed": int(needed),
                      "seconds_seeds": needed * (row["pretrain_seconds"] + row["eval_seconds"]),

@@ -124,9 +124,9 @@ def test_an_open_claim_is_priced_in_seeds_and_in_repeats(tmp_path):
     advice = repeats_advice(components(frame, seed=0), pretrain_seconds=60.0, eval_seconds=5.0)
     claims = pd.DataFrame({"hypothesis": ["open", "decided", "unmeasured"],
                            "metric": ["probe_linear_acc", "probe_linear_acc", "finetune_acc"],
-                           "n_needed": [40.0, np.nan, 30.0]})
+                           "n_needed": [40.0, 5.0, 30.0], "verdict": ["inconclusive", "better", "inconclusive"]})
     spend = claims_spend(claims, advice)
-    assert spend["hypothesis"].tolist() == ["open"]  # decided: no n_needed; finetune_acc: not measured
+    assert spend["hypothesis"].tolist() == ["open"]  # decided: nothing to buy; finetune_acc: not measured
     row = advice.set_index("metric").loc["probe_linear_acc"]
     t, e, best = row["training_variance"], row["eval_variance"], int(row["best_repeats"])
     assert spend.loc[0, "n_needed_repeats"] == int(np.ceil(40 * (t + e / best) / (t + e)))
@@ -138,3 +138,5 @@ def test_an_open_claim_is_priced_in_seeds_and_in_repeats(tmp_path):
     section, copied = _variance_section(tmp_path / "variance", tmp_path / "report", claims)
     assert "What each open claim would cost" in section and "variance_claims.csv" in copied
     assert pd.read_csv(tmp_path / "report" / "variance_claims.csv")["n_needed"].tolist() == [40]
+    no_repeats = advice.assign(best_repeats=1)  # at R* = 1 the seeds needed stay exactly n_needed
+    assert claims_spend(claims.assign(n_needed=15.0), no_repeats)["n_needed_repeats"].tolist() == [15]
