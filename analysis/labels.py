@@ -50,7 +50,8 @@ VALUE_LABELS: dict[str, dict[Any, str]] = {
     "corruption": {None: "none", "none": "none", "salt_pepper": "salt & pepper"},
 }
 
-# Table 1's columns: the downstream accuracies in MAE's order (fine-tune first), short names.
+# Table 1's columns and baseline rows are read from the metric table at each call, never kept as
+# constants, so a plugin evaluator's rows registered after import appear too.
 def table_columns() -> dict[str, str]:
     """MAE Table 1's accuracy columns (metric -> short head), from the metric table's
     ``column`` (a plugin evaluator's rows included), in their ``column_rank`` order."""
@@ -66,10 +67,6 @@ def baseline_rows() -> dict[str, dict[str, str]]:
     rows = {name: {c.name: ref for c in columns for ref in (c.reference, *c.baselines)
                    if ref is not None and METRICS[ref].table_row == name} for name in names}
     return {name: fills for name, fills in rows.items() if fills}
-
-
-TABLE_COLUMNS = table_columns()  # the built-in columns: fine-tune, linear, few-shot, kNN
-BASELINE_ROWS = baseline_rows()  # random init, raw pixels, from scratch
 
 
 def axis_label(axis: str) -> str:
