@@ -1,17 +1,19 @@
 """The words of a paper (analysis/labels.py): Table 1's columns and baseline rows are read from
-the metric table at each call, so a plugin evaluator registered after import is in them."""
+the metric table, and the values of objectives, targets and corruptions from their registry
+entries' labels, at each call, so a plugin registered after import is in them."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from analysis.labels import baseline_rows, table_columns
+from analysis.labels import PART_REGISTRIES, VALUE_LABELS, baseline_rows, table_columns, value_text
 from analysis.report import probe_panels
 from evaluation.metrics import Metric
-from mae_core.registry import evaluator
+from mae_core.registry import corruption, evaluator, objective
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,3 +54,23 @@ def test_no_analysis_module_keeps_a_snapshot_of_its_own_live_function():
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in functions:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not found, found
+
+
+@pytest.mark.parametrize("axis, value, text", [
+    ("objective", "mae", "MAE"), ("objective", "ae", "AE"), ("objective", "dae", "DAE"),
+    ("target", "raw", "pixel (w/o norm)"), ("target", "norm", "pixel (w/ norm)"),
+    ("target", "norm_eps", "pixel (w/ norm+ε)"), ("corruption", "salt_pepper", "salt & pepper"),
+    ("corruption", "gaussian", "gaussian"), ("corruption", "none", "none"), ("corruption", None, "none"),
+    ("mask_token_in_encoder", False, "not in encoder"), ("class_token", True, "class token"),
+    ("mask_token_in_encoder", 1, "1"), ("decoder_depth", np.int64(4), "4"), ("lr", 1e-05, "1e-05"),
+])
+def test_values_read_as_the_paper_writes_them(axis, value, text):
+    assert value_text(axis, value) == text
+
+
+def test_a_registered_part_reads_as_its_entrys_label_and_nowhere_else(fresh_plugins):
+    corruption("speckle", label="speckle noise")(lambda patches, level, generator: patches)
+    objective("noisy_ae", masked=False, corrupted=True)
+    assert value_text("corruption", "speckle") == "speckle noise"
+    assert value_text("objective", "noisy_ae") == "noisy_ae"  # no label: the name
+    assert not set(PART_REGISTRIES) & set(VALUE_LABELS)  # labelled where registered, not restated here
