@@ -224,7 +224,9 @@ corruptions: Registry[Corruption] = Registry("corruption")
 mask_samplers: Registry[MaskSampler] = Registry("mask_sampling")
 dataset_formats: Registry[DatasetFormat] = Registry("dataset")
 # The built-in evaluators (risks, probes) live a layer up, in the evaluation package, which this
-# one never imports: their module is named here and imported on first use, as a plugin is.
+# one never imports: their module is named here and imported on first use, as a plugin is (the
+# config, in this layer, checks eval.evaluators against these names). The one arrow up by string
+# that tests/test_layers.py allows.
 evaluators: Registry[Evaluator] = Registry("eval.evaluators", builtins="evaluation.evaluators")
 
 
