@@ -65,11 +65,8 @@ from evaluation.metrics import METRICS
 from mae_core.errors import shown
 from mae_core.grid import find_cell, grid_cells, typed_value
 
-from .stats import FINISHED, cell_mask, one_family
-from .stats import holm as stats_holm
+from .stats import ALPHA, FINISHED, POWER, cell_mask, one_family
 
-ALPHA = 0.05  # the family-wise error rate of a study's claims
-POWER = 0.80  # the power n_needed plans for
 SD_BOUND = 0.80  # one-sided confidence of the spread's upper bound n_needed plans with
 EXACT_MAX_N = 16  # up to this many pairs the sign-flip test enumerates all 2ⁿ patterns; above, 2¹⁶ random ones
 FUTILITY_POWER = 0.02  # a look gives no seeds to a hypothesis whose conditional power at delta is below this
@@ -437,16 +434,6 @@ def _hypotheses(frame: pd.DataFrame, claims: list[dict]) -> list[Hypothesis]:
             cells = claim["cells"]
             found.append(Hypothesis(claim, [_pairs(frame, claim, b, a, cache) for a, b in zip(cells, cells[1:])], True))
     return found
-
-
-def holm(p_values) -> np.ndarray:
-    """Holm's adjustment over one family; NaN entries stay NaN and do not count in the family.
-
-    Hand-kept (:func:`analysis.stats.holm`) and tested equal to statsmodels'
-    ``multipletests(method="holm")``, which in statsmodels 0.15 runs a full garbage collection
-    per call (0.3 s): too slow for the simulated studies that check the sequential plan.
-    """
-    return stats_holm(p_values)
 
 
 def seeds_needed(effect: float, sd: float, n: int, delta: float, alpha: float) -> float:

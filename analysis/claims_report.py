@@ -19,12 +19,13 @@ import pandas as pd
 from evaluation.metrics import METRICS
 
 from . import figures
-from .claims import (ALPHA, CLAIM_COLUMNS, EXACT_COLUMNS, EXTRA_COLUMNS, FUTILITY_POWER, decide_claims,
+from .claims import (CLAIM_COLUMNS, EXACT_COLUMNS, EXTRA_COLUMNS, FUTILITY_POWER, decide_claims,
                      resolve_claims, seeds_text)
 from .markdown import markdown_table
 from .partial_share import share_sentences
 from .registration import DECLARED, MEANINGS, declared_labels
 from .sequential import Plan, decide_sequential
+from .stats import ALPHA
 
 # Colour-blind-safe (seaborn "colorblind"): green better, vermilion worse, blue equivalent, grey open.
 VERDICT_COLOURS = {"better": "#009E73", "worse": "#D55E00", "equivalent": "#0072B2", "inconclusive": "#7f7f7f"}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from evaluation.metrics import COMPUTE_METRICS, METRICS, RISK_MEANING_AXES, Metric
-from mae_core.config import config_keys, value_text
+from mae_core.config import as_typed, config_keys
 
 from .markdown import markdown_table
 
@@ -96,7 +96,7 @@ def _metric_row(metric: Metric) -> dict[str, str]:
 
 def configuration_page() -> str:
     """docs/configuration.md: every key of the config in declaration order, the ``eval.*`` keys last."""
-    table = pd.DataFrame([{"key": f"`{key.name}`", "default": f"`{value_text(key.default)}`",
+    table = pd.DataFrame([{"key": f"`{key.name}`", "default": f"`{as_typed(key.default)}`",
                            "allowed": key.allowed, "unit and meaning": key.description}
                           for key in config_keys()])
     return f"{CONFIGURATION_HEAD}\n{GENERATED}\n\n{markdown_table(table)}"

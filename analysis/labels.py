@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from evaluation.metrics import METRICS, all_rows
+from mae_core import registry
 
 # Axis titles with their unit (figures).
 AXIS_LABELS = {
@@ -41,16 +42,27 @@ TABLE_HEADS = {
     "mask_sampling": "case", "mask_token_in_encoder": "case", "objective": "case",
 }
 
-# Values that read badly as Python: booleans and internal names (MAE Table 1c and 1d's words).
+# Values that read badly as Python: the config's booleans (MAE Table 1c's words).
 VALUE_LABELS: dict[str, dict[Any, str]] = {
     "mask_token_in_encoder": {False: "not in encoder", True: "in encoder"},
-    "target": {"raw": "pixel (w/o norm)", "norm": "pixel (w/ norm)", "norm_eps": "pixel (w/ norm+ε)"},
-    "objective": {"mae": "MAE", "dae": "DAE", "ae": "AE"},
     "class_token": {False: "avg. pool", True: "class token"},
-    "corruption": {None: "none", "none": "none", "salt_pepper": "salt & pepper"},
 }
+# The parts whose values are registry names: each reads as its entry's ``label`` (MAE Table 1d's
+# "pixel (w/ norm)", a plugin's own), so a name is labelled where it is registered, and only there.
+PART_REGISTRIES = {"objective": registry.objectives, "target": registry.targets, "corruption": registry.corruptions}
 
-# Table 1's columns: the downstream accuracies in MAE's order (fine-tune first), short names.
+
+def value_labels(axis: str | None) -> dict[Any, str]:
+    """The words for ``axis``'s values: the table above, or a registered part's names -> labels
+    (read at each call: a plugin's parts are registered after import)."""
+    parts = PART_REGISTRIES.get(axis or "")
+    if parts is None:
+        return VALUE_LABELS.get(axis or "", {})
+    return {name: entry.label or name for name, entry in parts.snapshot().items()}
+
+
+# Table 1's columns and baseline rows are read from the metric table at each call, never kept as
+# constants, so a plugin evaluator's rows registered after import appear too.
 def table_columns() -> dict[str, str]:
     """MAE Table 1's accuracy columns (metric -> short head), from the metric table's
     ``column`` (a plugin evaluator's rows included), in their ``column_rank`` order."""
@@ -66,10 +78,6 @@ def baseline_rows() -> dict[str, dict[str, str]]:
     rows = {name: {c.name: ref for c in columns for ref in (c.reference, *c.baselines)
                    if ref is not None and METRICS[ref].table_row == name} for name in names}
     return {name: fills for name, fills in rows.items() if fills}
-
-
-TABLE_COLUMNS = table_columns()  # the built-in columns: fine-tune, linear, few-shot, kNN
-BASELINE_ROWS = baseline_rows()  # random init, raw pixels, from scratch
 
 
 def axis_label(axis: str) -> str:
@@ -89,13 +97,13 @@ def table_head(axes) -> str:
 
 
 def value_text(axis: str | None, value: Any) -> str:
-    """An axis value as a reader sees it: the table above, else booleans as yes/no, missing as
+    """An axis value as a reader sees it: :func:`value_labels`, else booleans as yes/no, missing as
     "none", floats in their shortest form (0.75, 1e-05), anything else as text."""
     if isinstance(value, np.generic):  # a frame's numpy.bool_ / int64 reads as the Python value
         value = value.item()
     if value is None or (isinstance(value, float) and value != value):
-        return VALUE_LABELS.get(axis or "", {}).get(None, "none")
-    for key, text in VALUE_LABELS.get(axis or "", {}).items():
+        return value_labels(axis).get(None, "none")
+    for key, text in value_labels(axis).items():
         if key == value and type(key) is type(value):  # 1 is not True, 1.0 not 1
             return text
     if isinstance(value, bool):

@@ -25,7 +25,7 @@ from mae_core.files import FolderNotWritable, writable_folder
 
 from . import figures, paper_table
 from .frame import ReportError, load_runs, load_study_info
-from .labels import TABLE_COLUMNS
+from .labels import table_columns
 from .paper_table import tex
 from .report import figure_caption, study_reference
 from .trials_file import FindStudy, load_trials
@@ -89,7 +89,7 @@ def _figure5(frame, info: dict, out: Path, formats: Sequence[str]) -> list[Path]
         return []
     paths, _ = figures.save_sizes(lambda w: figures.metric_vs_axis(frame, "mask_ratio", metrics, width=w),
                                   out, FIGURE5, formats)
-    what = " and ".join(TABLE_COLUMNS[m] for m in metrics)
+    what = " and ".join(table_columns()[m] for m in metrics)
     caption = figure_caption(info, f"Mask ratio against {what} accuracy", frame, ["mask_ratio"])
     snippet = out / f"fig_{FIGURE5}.tex"
     snippet.write_text("\n".join([

@@ -80,13 +80,14 @@ from .stats import (
 # Metrics in the summary table: every final metric (the effective ratio is a param, shown as a
 # column of the cell itself beside the nominal ratio).
 TABLE_METRICS = FINAL_METRICS
+
+
 def probe_panels() -> tuple[str, ...]:
     """The probes figure's panels: the metric table's rows with ``figure="probes"`` (a plugin
-    evaluator's included): linear, few-shot, kNN, partial fine-tuning."""
+    evaluator's included, hence read at each call): linear, few-shot, kNN, partial fine-tuning."""
     return tuple(m.name for m in all_rows() if m.figure == "probes")
 
 
-PROBE_PANELS = probe_panels()  # the built-in panels
 # Axes that change what a risk measures: a risk is compared or correlated only among cells
 # that agree on all of them.
 RISK_CHANGING_AXES = RISK_MEANING_AXES

@@ -38,9 +38,9 @@ from typing import Any
 
 import pandas as pd
 
-from .claims import (ALPHA, CLAIM_COLUMNS, EXACT_COLUMNS, EXTRA_COLUMNS, FUTILITY_POWER, MAX_SEEDS, cell_text,
+from .claims import (CLAIM_COLUMNS, EXACT_COLUMNS, EXTRA_COLUMNS, FUTILITY_POWER, MAX_SEEDS, cell_text,
                      claim_cells, count_hypotheses, decide_claims)
-from .stats import FINISHED
+from .stats import ALPHA, FINISHED
 
 SPENDING = "pocock-type (Lan & DeMets 1983): alpha*(t) = alpha * ln(1 + (e - 1) t)"
 DECIDED = ("better", "worse", "equivalent")

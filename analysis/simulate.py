@@ -38,8 +38,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .claims import ALPHA, check_claims, decide_claims
+from .claims import check_claims, decide_claims
 from .sequential import DECIDED, Plan, decide_look, next_seeds
+from .stats import ALPHA
 
 DELTA = 0.01
 SD = 0.02  # sd of a paired difference

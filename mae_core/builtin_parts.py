@@ -14,9 +14,12 @@ from .registry import DatasetFormat, corruption, dataset_formats, mask_sampler, 
 
 # ----------------------------------------------------------------------------- objectives
 
-objective("mae", masked=True, doc="masked risk: the encoder sees k visible patches, the loss the masked ones")
-objective("ae", masked=False, doc="reconstruction risk: the bottleneck pair on every patch")
-objective("dae", masked=False, corrupted=True, doc="denoising risk: the bottleneck pair on a corrupted copy")
+# The labels are MAE Table 1d's words (and the objectives' usual abbreviations), as figures write them.
+objective("mae", masked=True, doc="masked risk: the encoder sees k visible patches, the loss the masked ones",
+          label="MAE")
+objective("ae", masked=False, doc="reconstruction risk: the bottleneck pair on every patch", label="AE")
+objective("dae", masked=False, corrupted=True, doc="denoising risk: the bottleneck pair on a corrupted copy",
+          label="DAE")
 
 # ------------------------------------------------------------------------------ targets
 
@@ -44,19 +47,19 @@ def _norm_domain(chunks, what: str) -> None:
     require_norm_domain_chunks(chunks, what)
 
 
-@target("raw", inverse=lambda pred, patches: pred)
+@target("raw", inverse=lambda pred, patches: pred, label="pixel (w/o norm)")
 def raw(patches):
     """``T_raw(u) = u`` (spec)."""
     return patches
 
 
-@target("norm", inverse=_unnormalised("norm"), domain_check=_norm_domain, min_patch_dim=2)
+@target("norm", inverse=_unnormalised("norm"), domain_check=_norm_domain, min_patch_dim=2, label="pixel (w/ norm)")
 def norm(patches):
     """The spec's strict ``T_norm``: population std, no epsilon (defined on ``D_norm`` only)."""
     return _normalised(patches, "norm")
 
 
-@target("norm_eps", inverse=_unnormalised("norm_eps"), min_patch_dim=2)
+@target("norm_eps", inverse=_unnormalised("norm_eps"), min_patch_dim=2, label="pixel (w/ norm+ε)")
 def norm_eps(patches):
     """He et al.'s per-patch normalisation: unbiased variance + 1e-6."""
     return _normalised(patches, "norm_eps")
@@ -65,19 +68,19 @@ def norm_eps(patches):
 # -------------------------------------------------------------------------- corruptions
 
 
-def _builtin_corruption(kind: str, level_at_most: float | None = None) -> None:
+def _builtin_corruption(kind: str, level_at_most: float | None = None, label: str = "") -> None:
     def draw(patches, level, generator):
         from .corruptions import corrupt
 
         return corrupt(patches, kind, level, generator)
     draw.__qualname__ = f"corruption_{kind}"
-    corruption(kind, level_at_most=level_at_most)(draw)
+    corruption(kind, level_at_most=level_at_most, label=label)(draw)
 
 
 _builtin_corruption("none")
 _builtin_corruption("gaussian")
 _builtin_corruption("masking", level_at_most=1.0)
-_builtin_corruption("salt_pepper", level_at_most=1.0)
+_builtin_corruption("salt_pepper", level_at_most=1.0, label="salt & pepper")
 
 
 # ----------------------------------------------------------------------- mask samplers

@@ -694,8 +694,9 @@ def _config_key(name: str, field: FieldInfo) -> ConfigKey:
     return ConfigKey(name, field.default, allowed_values(field), field.description or "")
 
 
-def value_text(value: Any) -> str:
-    """A default as a user types it: ``null``, ``true``/``false``, ``0.002``."""
+def as_typed(value: Any) -> str:
+    """A value as a user types it in a study file or on the command line: ``null``,
+    ``true``/``false``, ``0.002``."""
     if value is None:
         return NULL
     if isinstance(value, bool):
@@ -713,7 +714,7 @@ def allowed_values(field: FieldInfo) -> str:
         words += list(_choices(field).names())
     for member in _union_members(field.annotation):
         if typing.get_origin(member) is Literal:
-            words += [value_text(choice) for choice in typing.get_args(member)]
+            words += [as_typed(choice) for choice in typing.get_args(member)]
         elif member is bool:
             words += ["true", "false"]
         elif typing.get_origin(member) is Annotated:  # a bounded member of a union: int ≥ 0 | all

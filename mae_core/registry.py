@@ -144,6 +144,7 @@ class Objective:
     masked: bool  # the encoder sees the k visible patches of V_t; False: all M patches
     corrupted: bool = False  # the encoder's input is a corrupted copy X̃ (a corruption is required)
     doc: str = ""
+    label: str = ""  # how figures and tables write ``objective=name`` ("MAE"); empty: the name
 
     def risk_names(self) -> tuple[str, ...]:
         """The test risks a trial of this objective logs (evaluation.risks)."""
@@ -161,6 +162,7 @@ class Target:
     inverse: Callable | None = None  # (pred[B,M,out], patches[B,M,q]) -> pixels [B,M,q]; None: no pictures
     domain_check: Callable[[Iterable, str], None] | None = None  # (chunks of [n,M,q], what) -> None or raise
     min_patch_dim: int = 1  # q below this is refused at config time (a per-patch std needs q >= 2)
+    label: str = ""  # how figures and tables write ``target=name`` ("pixel (w/ norm)"); empty: the name
 
     def width(self, patch_dim: int) -> int:
         """Values the decoder predicts per patch."""
@@ -174,6 +176,7 @@ class Corruption:
     name: str
     function: Callable
     level_at_most: float | None = None  # e.g. 1 for a fraction of the values
+    label: str = ""  # how figures and tables write ``corruption=name`` ("salt & pepper"); empty: the name
 
 
 @dataclass(frozen=True)
@@ -221,38 +224,43 @@ corruptions: Registry[Corruption] = Registry("corruption")
 mask_samplers: Registry[MaskSampler] = Registry("mask_sampling")
 dataset_formats: Registry[DatasetFormat] = Registry("dataset")
 # The built-in evaluators (risks, probes) live a layer up, in the evaluation package, which this
-# one never imports: their module is named here and imported on first use, as a plugin is.
+# one never imports: their module is named here and imported on first use, as a plugin is (the
+# config, in this layer, checks eval.evaluators against these names). The one arrow up by string
+# that tests/test_layers.py allows.
 evaluators: Registry[Evaluator] = Registry("eval.evaluators", builtins="evaluation.evaluators")
 
 
 # --------------------------------------------------------------------------- decorators
 
 
-def objective(name: str, *, masked: bool, corrupted: bool = False, doc: str = "") -> Objective:
+def objective(name: str, *, masked: bool, corrupted: bool = False, doc: str = "", label: str = "") -> Objective:
     """Declare ``objective=name``: ``masked`` (the MAE's visible-only encoder and masked risk) or
     not (the bottleneck pair on all patches), and ``corrupted`` (a DAE's corrupted input). Not
-    both: no risk of the spec judges a masked model on corrupted inputs."""
+    both: no risk of the spec judges a masked model on corrupted inputs. ``label``: how figures
+    and tables write it (empty: the name)."""
     if masked and corrupted:
         raise UserError(f"objective {name!r}: masked or corrupted, not both (no risk of the spec covers both)")
-    return objectives.register(name, Objective(name, bool(masked), bool(corrupted), doc))
+    return objectives.register(name, Objective(name, bool(masked), bool(corrupted), doc, label))
 
 
 def target(name: str, out_dim: int | None = None, *, inverse: Callable | None = None,
-           domain_check: Callable | None = None, min_patch_dim: int = 1) -> Callable:
-    """Register ``fn(patches[B,M,q]) -> [B,M,out_dim or q]`` as ``target=name``."""
+           domain_check: Callable | None = None, min_patch_dim: int = 1, label: str = "") -> Callable:
+    """Register ``fn(patches[B,M,q]) -> [B,M,out_dim or q]`` as ``target=name`` (``label``: how
+    figures and tables write it; empty: the name)."""
     if out_dim is not None and (not isinstance(out_dim, int) or out_dim < 1):
         raise UserError(f"target {name!r}: out_dim={out_dim!r} must be a positive integer or None")
 
     def register(fn: Callable) -> Callable:
-        targets.register(name, Target(name, fn, out_dim, inverse, domain_check, min_patch_dim), fn)
+        targets.register(name, Target(name, fn, out_dim, inverse, domain_check, min_patch_dim, label), fn)
         return fn
     return register
 
 
-def corruption(name: str, *, level_at_most: float | None = None) -> Callable:
-    """Register ``fn(patches[B,M,q], level, generator) -> [B,M,q]`` as ``corruption=name``."""
+def corruption(name: str, *, level_at_most: float | None = None, label: str = "") -> Callable:
+    """Register ``fn(patches[B,M,q], level, generator) -> [B,M,q]`` as ``corruption=name``
+    (``label``: how figures and tables write it; empty: the name)."""
     def register(fn: Callable) -> Callable:
-        corruptions.register(name, Corruption(name, fn, level_at_most), fn)
+        corruptions.register(name, Corruption(name, fn, level_at_most, label), fn)
         return fn
     return register
 

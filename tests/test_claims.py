@@ -13,8 +13,9 @@ import pytest
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.weightstats import ttost_paired
 
-from analysis.claims import ALPHA, MAX_SEEDS, check_claims, decide_claims, seeds_text
+from analysis.claims import MAX_SEEDS, check_claims, decide_claims, seeds_text
 from analysis.claims_report import compare_claims, decide, write_claims
+from analysis.stats import ALPHA
 from studies.study_files import StudyFileError, load_study_file
 
 AXES = {"mask_ratio": [0.25, 0.5, 0.75, 0.9]}
@@ -292,13 +293,3 @@ def test_partial_finetuning_share_is_measured_from_the_frozen_linear_probe():
     assert table.loc["1", "share"] == pytest.approx(0.5)  # (0.94 - 0.90) / (0.98 - 0.90)
     assert table.loc["0", "share"] == pytest.approx(-0.625)  # the head alone scores below the linear probe
     assert any(s.startswith("Tuning the last 1 block(s) recovers 50% [50%, 50%]") for s in share_sentences(pd.DataFrame(rows)))
-
-
-def test_the_hand_kept_holm_equals_statsmodels():
-    from analysis.claims import holm
-
-    rng = np.random.default_rng(3)
-    for size in (1, 2, 5, 17):
-        p = rng.uniform(0, 0.2, size) ** 2
-        assert holm(p) == pytest.approx(multipletests(p, method="holm")[1])
-    assert np.isnan(holm([0.01, np.nan])[1]) and holm([0.01, np.nan])[0] == pytest.approx(0.01)

@@ -9,7 +9,8 @@ import pytest
 
 from analysis.claims import MAX_SEEDS, check_claims
 from analysis.claims import FUTILITY_POWER
-from analysis.sequential import ALPHA, Plan, decide_sequential, next_seeds, seeds_per_cell, spent
+from analysis.sequential import Plan, decide_sequential, next_seeds, seeds_per_cell, spent
+from analysis.stats import ALPHA
 
 AXES = {"mask_ratio": [0.5, 0.75]}
 CELL, REFERENCE = "mask_ratio=0.5", "mask_ratio=0.75"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from analysis import simulate
-from analysis.claims import ALPHA
+from analysis.stats import ALPHA
 
 
 def allowed(reps: int) -> float:

@@ -180,6 +180,33 @@ def test_holm_matches_a_hand_computation():
     assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
 
 
+def test_the_hand_kept_holm_equals_statsmodels():
+    from statsmodels.stats.multitest import multipletests
+
+    rng = np.random.default_rng(3)
+    for size in (1, 2, 5, 17):
+        p = rng.uniform(0, 0.2, size) ** 2
+        assert holm(p) == pytest.approx(multipletests(p, method="holm")[1])
+    assert np.isnan(holm([0.01, np.nan])[1]) and holm([0.01, np.nan])[0] == pytest.approx(0.01)
+
+
+def test_one_alpha_and_one_power():
+    """Only analysis/stats.py assigns ALPHA and POWER at module level; the claims, the sequential
+    plan, the simulations and the report import them, so the level cannot drift apart."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    owners = {name: [] for name in ("ALPHA", "POWER")}
+    for path in [*root.glob("analysis/**/*.py"), *root.glob("studies/**/*.py"), *root.glob("evaluation/**/*.py")]:
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id in owners:
+                    owners[target.id].append(path.relative_to(root).as_posix())
+    assert owners == {"ALPHA": ["analysis/stats.py"], "POWER": ["analysis/stats.py"]}
+
+
 def test_holm_family_is_one_metric():
     rng = np.random.default_rng(3)
     frame = _study({0.25: 0.01, 0.5: 0.02, 0.75: 0.0, 0.9: 0.0}, seeds=6, noise=0.01, rng=rng)

@@ -7,7 +7,7 @@ import sys
 
 import yaml
 
-from mae_core.config import EVAL_PREFIX, Config, ConfigKey, config_keys, value_text
+from mae_core.config import EVAL_PREFIX, Config, ConfigKey, as_typed, config_keys
 
 from .common import UsageError
 
@@ -51,7 +51,7 @@ def _print_config_table(keys: list[ConfigKey]) -> None:
     table.columns[0].no_wrap = True
     table.columns[0].min_width = max(len(key.name) for key in keys)
     for key in keys:
-        table.add_row(key.name, value_text(key.default), key.allowed, key.description)
+        table.add_row(key.name, as_typed(key.default), key.allowed, key.description)
     console = Console()
     if not console.is_terminal:  # piped or in a file: no terminal width to respect, so read more per line
         console.width = 120
