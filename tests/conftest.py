@@ -158,7 +158,7 @@ def fresh_plugins(monkeypatch):
     from mae_core import plugins, registry
 
     registries = [registry.targets, registry.corruptions, registry.mask_samplers, registry.dataset_formats,
-                  registry.evaluators]
+                  registry.evaluators, registry.objectives]
     saved = [r.snapshot() for r in registries]
     monkeypatch.setattr(plugins, "_loaded", {})
     monkeypatch.setenv(plugins.ENVIRONMENT_VARIABLE, "")
