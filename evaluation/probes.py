@@ -577,6 +577,17 @@ def tuned_finetune(model: nn.Module, data: PatchData, split: ValidationSplit, se
     return accuracy, steps
 
 
+
+def fixed_and_tuned_finetune(model: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig,
+                             options: dict, *, fixed: str, best: str) -> dict[str, float]:
+    """Fine-tuning ``model`` (with ``options``) at ``settings.finetune_steps`` updates, as metric
+    ``fixed``, and at the validated length (:func:`tuned_finetune`), as metric ``best`` with its
+    length as ``best``'s ``_steps`` twin (``finetune_best_acc`` -> ``finetune_best_steps``): the
+    pretrained encoder and the from-scratch baseline are fine-tuned by this one pair of runs."""
+    fixed_acc = finetune_accuracy(model, data, settings.finetune_steps, **options)
+    accuracy, steps = tuned_finetune(model, data, split, settings, fixed_acc=fixed_acc, options=options)
+    return {fixed: fixed_acc, best: accuracy, best.removesuffix("_acc") + "_steps": float(steps)}
+
 def baseline_metrics(fresh: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
                      seed: int, options: dict, backend: str = "auto") -> dict[str, float]:
     """The baselines of :func:`probe_metrics` (names in :data:`evaluation.baselines.BASELINE_PREFIXES`):
@@ -591,11 +602,8 @@ def baseline_metrics(fresh: nn.Module, data: PatchData, split: ValidationSplit, 
                                   pixel_features(data.test_patches, pixels_on), test_y, split, settings, seed=seed,
                                   prefix="pixel_probe_", device=device))
     if settings.finetune_steps > 0:
-        metrics["random_finetune_acc"] = finetune_accuracy(fresh, data, settings.finetune_steps, **options)
-        accuracy, steps = tuned_finetune(fresh, data, split, settings, fixed_acc=metrics["random_finetune_acc"],
-                                         options=options)
-        metrics["scratch_best_finetune_acc"] = accuracy
-        metrics["scratch_best_finetune_steps"] = float(steps)
+        metrics.update(fixed_and_tuned_finetune(fresh, data, split, settings, options,
+                                                fixed="random_finetune_acc", best="scratch_best_finetune_acc"))
     return metrics
 
 
@@ -652,11 +660,8 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
     metrics = frozen_probes(model, data, split, settings, seed=seed, backend=probe_backend)
     metrics.update(layer_probes(model, data, split, settings, seed=seed, final=metrics, backend=probe_backend))
     if settings.finetune_steps > 0:
-        metrics["finetune_acc"] = finetune_accuracy(model, data, settings.finetune_steps, **pretrained)
-        accuracy, steps = tuned_finetune(model, data, split, settings, fixed_acc=metrics["finetune_acc"],
-                                         options=pretrained)
-        metrics["finetune_best_acc"] = accuracy
-        metrics["finetune_best_steps"] = float(steps)
+        metrics.update(fixed_and_tuned_finetune(model, data, split, settings, pretrained,
+                                                fixed="finetune_acc", best="finetune_best_acc"))
         if settings.finetune_blocks == "all":  # every weight: finetune_acc's run, not run twice
             metrics["partial_finetune_acc"] = metrics["finetune_acc"]
         elif settings.finetune_blocks is not None:
