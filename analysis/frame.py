@@ -10,7 +10,6 @@ report`` always does, so a smoke run is never reported as the study nor the reve
 
 from __future__ import annotations
 
-import json
 import types
 import typing
 from typing import Any
@@ -28,7 +27,7 @@ from evaluation.metrics import (COMPUTE_METRICS, DIAGNOSTIC_METRICS, DOWNSTREAM_
 from mae_core.config import EVAL_PREFIX, Config, EvalConfig
 from mae_core.errors import UserError
 
-from .registration import CLAIMS_HASH_TAG, COMMIT_TAG
+from .study_header import StudyHeader, choose_parent
 
 
 class ReportError(UserError):
@@ -146,7 +145,7 @@ def search_all(client: MlflowClient, experiment_id: str, filter_string: str) -> 
 def _study_runs(tracking_uri: str, study: str, experiment: str,
                 parent_run_id: str | None = None, smoke: bool | None = None) -> tuple[Run, list[Run]]:
     """(newest parent run of ``study``, or the one with ``parent_run_id``; its child runs).
-    ``smoke`` True or False reads only a smoke or only a full run (see :func:`choose_study_run`)."""
+    ``smoke`` True or False reads only a smoke or only a full run (:func:`analysis.study_header.choose_parent`)."""
     client = _client(tracking_uri)
     experiment_id = _experiment_id(client, experiment, tracking_uri)
     quoted = study.replace("'", "\\'")
@@ -165,27 +164,18 @@ def _study_runs(tracking_uri: str, study: str, experiment: str,
             ids = ", ".join(f"{run.info.run_id} ({run.info.run_name})" for run in parents)
             raise ReportError(f"--run {parent_run_id} is not a run of study {study!r}; its runs: {ids}")
         parents = chosen
-    if smoke is not None:
-        parents = _of_kind(parents, study, smoke, tracking_uri, parent_run_id)
-    parent = max(parents, key=lambda run: run.info.start_time or 0)
+    parent = choose_parent(parents, smoke)
+    if parent is None:
+        _refuse_kind(study, smoke, tracking_uri, parent_run_id)
     children = [run for run in tagged if run.data.tags.get(MLFLOW_PARENT_RUN_ID) == parent.info.run_id]
     if not children:
         raise ReportError(f"study {study!r} (run {parent.info.run_id}) has no trial runs in {tracking_uri}")
     return parent, children
 
 
-def is_smoke(parent: Run) -> bool:
-    """A smoke run of a study (its parent's ``smoke`` tag is "True")."""
-    return parent.data.tags.get("smoke") == "True"
-
-
-def _of_kind(parents: list[Run], study: str, smoke: bool, tracking_uri: str,
-             parent_run_id: str | None) -> list[Run]:
-    """The smoke (or full) runs among ``parents``; refuses, naming the flag, when there are none
-    but runs of the other kind: a report never takes a smoke run for the study or the reverse."""
-    kept = [run for run in parents if is_smoke(run) == smoke]
-    if kept:
-        return kept
+def _refuse_kind(study: str, smoke: bool, tracking_uri: str, parent_run_id: str | None) -> None:
+    """No run of the kind asked for, only of the other: refuse naming the flag, since a report
+    never takes a smoke run for the study or the reverse."""
     if parent_run_id is not None:
         raise ReportError(f"--run {parent_run_id} is a {'full' if smoke else 'smoke'} run of study {study!r}: "
                           + ("drop --smoke to report it" if smoke else "pass --smoke to report it (its title says so)"))
@@ -252,14 +242,7 @@ def typed_frame(frame: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
 
 
 def _axes_of(parent: Run) -> list[str]:
-    tags = parent.data.tags
-    for key in ("study_axes", "grid"):
-        if key in tags:
-            try:
-                return [axis for axis in json.loads(tags[key]) if axis != "seed"]  # seeds are replicates
-            except (json.JSONDecodeError, TypeError):
-                continue
-    return []
+    return StudyHeader.from_run(parent).axes
 
 
 def load_study_axes(tracking_uri: str, study: str, experiment: str = "mae-study") -> list[str]:
@@ -280,36 +263,7 @@ def load_study_info(tracking_uri: str, study: str, experiment: str = "mae-study"
     by ``--add-seeds`` with no sequential plan) and, where the run recorded them when it started,
     ``claims_sha256`` and ``study_file_commit`` (:mod:`analysis.registration`)."""
     parent, _ = _study_runs(tracking_uri, study, experiment, parent_run_id, smoke)
-    tags = parent.data.tags
-    try:
-        grid = json.loads(tags.get("grid", "{}"))
-    except json.JSONDecodeError:
-        grid = {}
-    try:
-        reference = json.loads(tags["reference"]) if "reference" in tags else None
-    except json.JSONDecodeError:
-        reference = None
-    zipped, search = _json_tag(tags, "zip", list), _json_tag(tags, "search", dict)
-    claims = [c for c in _json_tag(tags, "claims", list) or [] if isinstance(c, dict)]
-    plan, looks = _json_tag(tags, "sequential_plan", dict), _json_tag(tags, "sequential_looks", list)
-    return {"run_id": parent.info.run_id, "run_name": parent.info.run_name,
-            "start_time": parent.info.start_time, "axes": _axes_of(parent), "grid": grid,
-            "smoke": is_smoke(parent), "paper": tags.get("paper"),
-            "reference": reference if isinstance(reference, dict) else None,
-            "zip": [g for g in zipped or [] if isinstance(g, dict)], "search": search, "claims": claims,
-            "sequential": {"plan": plan, "looks": looks or []} if plan else None,
-            # pre-registration (analysis.registration): absent from runs that predate it
-            **{key: tags[key] for key in (CLAIMS_HASH_TAG, COMMIT_TAG) if key in tags},
-            "added_outside_plan": _json_tag(tags, "seeds_added_outside_plan", list) or []}
-
-
-def _json_tag(tags: dict[str, str], key: str, kind: type):
-    """The parent's JSON tag ``key`` when it holds a ``kind``; else None (absent or unreadable)."""
-    try:
-        value = json.loads(tags[key]) if key in tags else None
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, kind) else None
+    return StudyHeader.from_run(parent).to_json()
 
 
 def load_history(tracking_uri: str, run_ids: list[str], key: str = "train_loss") -> pd.DataFrame:

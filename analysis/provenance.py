@@ -21,6 +21,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 
 from .figures import levels
 from .labels import value_text
+from .study_header import StudyHeader
 
 # (param, how it reads) of the model, in the order a methods section states them.
 _MODEL_KEYS = (("objective", "objective {}"), ("encoder_width", "ViT encoder width {}"),
@@ -156,8 +157,9 @@ def _commits(commit: str | None, tags: dict[str, str]) -> str:
 def provenance(tracking_uri: str, study: str, info: dict, frame: pd.DataFrame) -> Provenance:
     """The rows of a report's "what was run" block, from the store alone."""
     tags = _tags(tracking_uri, info["run_id"])
+    header = StudyHeader.from_tags(tags)
     commit = tags.get(MLFLOW_GIT_COMMIT)
-    command = tags.get("command")
+    command = header.command
     recorded = command is not None
     if not recorded:
         command = f"mae-study run {study}{' --smoke' if info.get('smoke') else ''} (reconstructed: " \
@@ -168,8 +170,8 @@ def provenance(tracking_uri: str, study: str, info: dict, frame: pd.DataFrame) -
     trials = f"{len(frame)} trials: {', '.join(f'{int(v)} {k.lower()}' for k, v in status.items())}"
     steps = _constant_or_range(frame, "steps", "{} updates")
     batch = _constant_or_range(frame, "batch_size", "batch {}")
-    if batch and int(tags.get("workers_per_trial", "1")) > 1:  # run --workers-per-trial N (parent tag)
-        batch += f" (the global batch, split over {tags['workers_per_trial']} workers per trial)"
+    if batch and (header.workers_per_trial or 1) > 1:  # run --workers-per-trial N (parent tag)
+        batch += f" (the global batch, split over {header.workers_per_trial} workers per trial)"
     rows = [
         ("study", study + (f" (mirrors {info['paper']})" if info.get("paper") else "")
          + (" — smoke run, not a finding" if info.get("smoke") else "")),
@@ -183,7 +185,7 @@ def provenance(tracking_uri: str, study: str, info: dict, frame: pd.DataFrame) -
         *[("seeds by need", text) for text in (_seeds_by_need(frame, info),) if text],
         ("command", command),
         ("git commit", _commits(commit, tags)),
-        ("machine", tags.get("machine", "not recorded by this store")),
+        ("machine", header.machine if header.machine is not None else "not recorded by this store"),
         ("started", started),
         ("runs", f"MLflow parent run {info['run_id']} in {display_uri(tracking_uri)}"),
     ]

@@ -24,6 +24,7 @@ import pandas as pd
 from mae_core.errors import UserError
 
 from .frame import ReportError, cast_param, typed_frame
+from .study_header import StudyHeader
 
 STUDY_FILE = "study.json"
 _TEXT_COLUMNS = ("run_id", "run_name", "status", "study", "cell_id", "failure_reason")
@@ -85,6 +86,6 @@ def _builtin_info(path: Path, study: str, frame: pd.DataFrame, axes: list[str],
     if found != expected:
         raise ReportError(f"{path} is not the full grid of the built-in study {study} ({found} against "
                           f"{expected}) and has no {STUDY_FILE} to say what it is")
-    return {"run_id": "", "run_name": path.parent.name, "start_time": None, "axes": axes,
-            "grid": builtin.axes, "smoke": False, "paper": builtin.paper, "reference": builtin.reference,
-            "zip": [dict(group) for group in builtin.zipped], "search": None}
+    return StudyHeader(study=study, paper=builtin.paper, study_axes=axes, grid=builtin.axes,
+                       reference=builtin.reference, zip=[dict(group) for group in builtin.zipped],
+                       run_name=path.parent.name).to_json()

@@ -6,7 +6,6 @@ overrides into a :class:`StudyPlan`, checking every cell's config and data first
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,17 +151,3 @@ def shared_lengths(plan: StudyPlan) -> tuple[int, ...]:
     (:func:`studies.pretrained.prefix_lengths`), and the trials of that length evaluate it."""
     lengths = plan.axes.get("steps", [])
     return tuple(sorted(int(s) for s in lengths)) if plan.search is None and len(lengths) > 1 else ()
-
-
-def plan_tags(plan: StudyPlan) -> dict[str, str]:
-    """The parent run's tags for zipped groups and a search (none for a plain grid)."""
-    tags = {}
-    if plan.zipped:
-        tags["zip"] = json.dumps(plan.zipped, default=str)
-    if plan.search is not None:
-        tags["search"] = plan.search.tag()
-    if plan.study.claims:  # compact: the report completes them against the grid that ran
-        tags["claims"] = json.dumps(plan.study.claims, default=str, separators=(",", ":"))
-    if plan.sequential is not None:
-        tags["sequential_plan"] = json.dumps(plan.sequential, separators=(",", ":"))
-    return tags

@@ -24,7 +24,7 @@ The key is a SHA-256 of: every key of ``Config.resolved()`` but ``eval.*`` (seed
 with ``eval.every > 0`` also the ``eval.*`` keys of :data:`evaluation.online.READS`; of the
 ``seed_*`` keys those that differ from ``seed``, and ``seed_eval`` only with ``eval.every > 0``:
 trials that differ only in ``seed_eval`` share their pretraining), the
-device the trial trains on, the versions of torch and numpy, the source of every module of the
+device the trial trains on (and, for a data-parallel trial, its number of workers), the versions of torch and numpy, the source of every module of the
 ``mae_core`` package (the engine that trains: an edited engine never reads an old encoder;
 robust to uncommitted edits, which a git commit is not), and the stored bytes of the pretraining
 images. ``KEY.pt`` is written whole (a temporary file, fsync, then rename), so a reader never
@@ -118,13 +118,16 @@ def images_digest(data: PatchData) -> str:
     return digest.hexdigest()
 
 
-def pretraining_key(config: Config, data: PatchData, images: str | None = None) -> str:
+def pretraining_key(config: Config, data: PatchData, images: str | None = None, workers: int = 1) -> str:
     """The SHA-256 (hex) of what pretraining ``config`` on ``data`` reads (the module docstring);
-    ``images``: :func:`images_digest` of ``data`` when the caller has it."""
+    ``images``: :func:`images_digest` of ``data`` when the caller has it. ``workers``: the
+    processes one run trains on (:mod:`studies.ddp`); a data-parallel run sums its gradients in
+    another order, so its encoder is kept under a key of its own (one process: the key as ever)."""
     digest = hashlib.sha256()
     digest.update(json.dumps({"format": FORMAT, "config": pretraining_config(config),
                               "device": str(resolve_device(config.device)),
-                              "versions": [torch.__version__, np.__version__]},
+                              "versions": [torch.__version__, np.__version__],
+                              **({"workers": workers} if workers > 1 else {})},
                              sort_keys=True, default=str).encode())
     digest.update(code_digest().encode())
     digest.update((images or images_digest(data)).encode())
@@ -225,6 +228,11 @@ class PretrainedCache:
     # the study's training lengths (a steps axis): a trial keeps its model at the shorter ones
     # that are prefixes of its run (prefix_lengths) for the trials of those lengths
     lengths: tuple[int, ...] = ()
+    workers: int = 1  # processes each trial trains on (pretraining_key)
+
+    def key(self, config: Config, data: PatchData, images: str | None = None) -> str:
+        """:func:`pretraining_key` of a trial of this study."""
+        return pretraining_key(config, data, images, self.workers)
 
     def path(self, key: str) -> Path:
         return self.folder / f"{key}.pt"
@@ -329,7 +337,7 @@ def reserved_prefixes(cache: PretrainedCache, config: Config, data: PatchData,
     images = images_digest(data) if lengths else None
     try:
         for steps in lengths:
-            reservation = cache.reserve(pretraining_key(with_steps(config, steps), data, images), steps)
+            reservation = cache.reserve(cache.key(with_steps(config, steps), data, images), steps)
             if reservation is not None:
                 reserved[steps] = reservation
         yield reserved

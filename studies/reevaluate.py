@@ -26,7 +26,6 @@ Every check (keys, runs, checkpoints, configs, data) is made before the first ru
 from __future__ import annotations
 
 import ast
-import json
 import tempfile
 import time
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
 from analysis.frame import search_all
+from analysis.study_header import StudyHeader, choose_parent
 from mae_core.config import EVAL_PREFIX, Config, EvalConfig, parse_overrides
 from mae_core.errors import UserError
 
@@ -50,8 +50,6 @@ EVALUATION_OF_TAG = "evaluation_of"  # on the new parent: the run re-evaluated (
 EVALUATION_TAG = "evaluation"  # on the new parent: the eval.* keys the command set
 EVALUATED_RUN_TAG = "evaluated_run"  # on each new child: the trial it re-evaluates
 CHECKPOINT_ARTIFACT = "checkpoint/checkpoint.pt"  # where studies.trial logs a trial's checkpoint
-# The study parent's tags an evaluation parent carries, so a report reads it as the study's run.
-STUDY_TAGS = ("study", "smoke", "paper", "grid", "study_axes", "reference", "claims", "zip", "search")
 
 
 class EvaluateError(UserError):
@@ -83,11 +81,10 @@ def study_trials(client: MlflowClient, experiment_id: str, study: str, smoke: bo
                if MLFLOW_PARENT_RUN_ID not in run.data.tags and EVALUATION_OF_TAG not in run.data.tags]
     if not parents:
         raise EvaluateError(f"no runs of study {study!r} in this store (mae-study run {study} first)")
-    kept = [run for run in parents if (run.data.tags.get("smoke") == "True") == smoke]
-    if not kept:
+    parent = choose_parent(parents, smoke)
+    if parent is None:
         raise EvaluateError(f"study {study!r} has only {'full' if smoke else 'smoke'} runs here: "
                             + ("drop --smoke" if smoke else "pass --smoke"))
-    parent = max(kept, key=lambda run: run.info.start_time or 0)
     children = search_all(client, experiment_id, f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent.info.run_id}'")
     finished = sorted((run for run in children if run.info.status == "FINISHED"),
                       key=lambda run: run.info.start_time or 0)
@@ -180,8 +177,7 @@ class Plan:
 
     @property
     def smoke(self) -> bool:
-        tags = self.parent.data.tags if self.parent is not None else {}
-        return tags.get("smoke") == "True"
+        return self.parent is not None and StudyHeader.from_run(self.parent).smoke
 
 
 def plan_evaluation(client: MlflowClient, experiment: str, tracking_uri: str, folder: Path, *,
@@ -235,15 +231,11 @@ def parent_tags(plan: Plan, command: str | None) -> dict[str, str]:
     """The evaluation parent's tags: the study's (an axis set to one value is dropped, and the
     claims with it), what it evaluates, and the keys it changed."""
     source = plan.parent if plan.parent is not None else plan.trials[0].trial
-    tags = {key: source.data.tags[key] for key in STUDY_TAGS if key in source.data.tags}
-    changed = set(plan.overrides)
-    axes = json.loads(tags.get("study_axes", "[]"))
-    if changed & set(axes) or changed & set(json.loads(tags.get("grid", "{}"))):
-        tags["study_axes"] = json.dumps([a for a in axes if a not in changed])
-        tags["grid"] = json.dumps({k: v for k, v in json.loads(tags.get("grid", "{}")).items() if k not in changed})
-        if "reference" in tags:
-            tags["reference"] = json.dumps({k: v for k, v in json.loads(tags["reference"]).items() if k not in changed})
-        tags.pop("claims", None)  # declared for the grid that ran, not this one
+    header = StudyHeader.from_run(source)
+    evaluated = header.without(plan.overrides)  # an axis set to one value is no longer one
+    # the tags the source carries (a lone trial carries only ``study``), and the axes it lost
+    carried = set(source.data.tags) | ({"study_axes", "grid"} if evaluated is not header else set())
+    tags = {key: value for key, value in evaluated.study_tags().items() if key in carried}
     tags.update({EVALUATION_OF_TAG: source.info.run_id, "machine": tracking.machine(),
                  EVALUATION_TAG: " ".join(f"{k}={v}" for k, v in plan.overrides.items()) or "(same eval.* keys)"})
     if command:

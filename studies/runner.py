@@ -17,7 +17,6 @@ before anything starts :mod:`studies.preflight`, a trial :mod:`studies.trainable
 study's saved state (``study.json``) :mod:`studies.lifecycle`.
 """
 
-import json
 import logging
 import os
 import signal
@@ -28,13 +27,15 @@ from typing import Any
 
 from ray.tune import Callback
 
+from analysis.registration import CLAIMS_HASH_TAG, COMMIT_TAG
+from analysis.study_header import StudyHeader
 from mae_core.config import Config
 
 from . import tracking
 from .environment import quiet_libraries
 from .lifecycle import STATE_FILE, load_state, save_state
 from .planning import (BASELINES_DIR, RunOptions, StudyPlan, StudySetupError, cell_settings, plan_study,
-                       plan_tags, shared_lengths, tune_space)
+                       shared_lengths, tune_space)
 from .preflight import available_resources, check_address, check_resources, check_resume, default_gpus_per_trial
 from .registration import registration_tags
 from .study import cell_id
@@ -155,24 +156,28 @@ def _finish(client, experiment_id: str, plan: StudyPlan, options: RunOptions, st
     return state
 
 
+def study_header(plan: StudyPlan, options: RunOptions) -> StudyHeader:
+    """The header a study's parent run is tagged with when it starts (:mod:`analysis.study_header`):
+    what runs, the row every other row is compared with (a report reads it from MLflow alone),
+    the exact command and the driver's machine, what each trial asked Ray for (a share of a GPU
+    packs trials on it; issue 36), and the pre-registration (the claims block's hash and the
+    study file's commit, :mod:`analysis.registration`)."""
+    registered = registration_tags(plan.study)
+    return StudyHeader(
+        study=plan.study.name, smoke=options.smoke, paper=plan.study.paper,
+        study_axes=plan.varied[:-1], grid=plan.axes, reference=plan.reference, zip=list(plan.zipped),
+        search=plan.search.describe() if plan.search is not None else None, claims=list(plan.study.claims),
+        sequential_plan=plan.sequential, claims_sha256=registered[CLAIMS_HASH_TAG],
+        study_file_commit=registered[COMMIT_TAG], ray_address=options.address or "local",
+        machine=tracking.machine(), command=options.command or None,
+        workers_per_trial=options.workers_per_trial, gpus_per_trial=options.gpus_per_trial,
+        trials_per_gpu=options.trials_per_gpu)
+
+
 def _create_parent(client, experiment_id: str, plan: StudyPlan, options: RunOptions) -> dict[str, Any]:
     """The study's parent MLflow run and its saved state (written before Ray starts)."""
     name = f"{plan.study.name}{'-smoke' if options.smoke else ''}-{time.strftime('%Y%m%d-%H%M%S')}"
-    parent = tracking.create_run(client, experiment_id, name, tags={
-        "study": plan.study.name, "study_axes": json.dumps(plan.varied[:-1]),
-        "grid": json.dumps(plan.axes, default=str), "smoke": str(options.smoke),
-        "ray_address": options.address or "local", "paper": plan.study.paper,
-        # the row every other row is compared with; a report reads it from here (MLflow alone)
-        "reference": json.dumps(plan.reference, default=str), **plan_tags(plan),
-        # provenance a report states: the exact command and the driver's machine
-        "machine": tracking.machine(), **({"command": options.command} if options.command else {}),
-        "workers_per_trial": str(options.workers_per_trial),
-        # what each trial asked Ray for (a share of a GPU packs trials on it; issue 36)
-        "gpus_per_trial": f"{options.gpus_per_trial:g}",
-        **({"trials_per_gpu": str(options.trials_per_gpu)} if options.trials_per_gpu is not None else {}),
-        # pre-registration: the claims block's hash and the study file's commit (analysis.registration)
-        **registration_tags(plan.study),
-    })
+    parent = tracking.create_run(client, experiment_id, name, tags=study_header(plan, options).to_tags())
     state = {"study": plan.study.name, "parent_run_id": parent, "name": name,
              "ray_path": str(options.out_dir / "ray" / name),
              "cells": sorted(cell_id(c) for c in plan.cells), "settings": cell_settings(plan.cells),

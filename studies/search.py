@@ -191,9 +191,6 @@ class SearchSpec:
         return {"algorithm": self.algorithm, "samples": self.samples, "metric": self.metric,
                 "mode": self.mode, "space": {key: r.text for key, r in self.space.items()}}
 
-    def tag(self) -> str:
-        return json.dumps(self.describe(), sort_keys=True)
-
 
 def make_search(*, algorithm: str | None, samples: int | None, metric: str | None,
                 ranges: dict[str, str], file_search: dict[str, Any] | None = None) -> SearchSpec | None:

@@ -16,13 +16,13 @@ cell held at every look), which a report replays.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
+from analysis.study_header import added_tags, grid_tags, look_tags
 from mae_core.errors import UserError, clipped
 
 from . import tracking
@@ -30,8 +30,6 @@ from .planning import cell_settings
 from .runner import RunOptions, StudyPlan, load_state, run_study, save_state
 from .study import cell_id, parse_seed_list
 
-LOOKS_TAG = "sequential_looks"
-ADDED_TAG = "seeds_added_outside_plan"
 
 
 class SeedsError(UserError):
@@ -171,9 +169,7 @@ def _record_look(client, state: dict[str, Any], look: int, table, sequential, lo
               "look_open": float(len(table) - decided)}
     client.log_batch(state["parent_run_id"], metrics=[Metric(k, float(v), now, look) for k, v in values.items()])
     verdicts = {row["hypothesis"]: row["verdict"] for row in table.to_dict("records")}
-    tracking.set_tags(client, state["parent_run_id"], {
-        LOOKS_TAG: json.dumps(looks, separators=(",", ":")),
-        **({f"look_{look}": text} if len(text := json.dumps(verdicts, separators=(",", ":"))) < 8000 else {})})
+    tracking.set_tags(client, state["parent_run_id"], look_tags(looks, verdicts))
 
 
 def _look(options: RunOptions, plan: StudyPlan, state: dict[str, Any], sequential, looks: list[dict[str, int]]):
@@ -349,8 +345,7 @@ def _summarise(client, options: RunOptions, state: dict[str, Any], plan: StudyPl
     log_study_summary(client, state["parent_run_id"], parent.info.experiment_id, plan.cells,
                       varied_keys(plan), plan.reference)
     # the grid as it stands now: every seed a look or --add-seeds added, not only the first look's
-    tracking.set_tags(client, state["parent_run_id"], {"seeds": json.dumps(plan.axes["seed"]),
-                                                       "grid": json.dumps(plan.axes, default=str)})
+    tracking.set_tags(client, state["parent_run_id"], grid_tags(plan.axes))
     client.set_terminated(state["parent_run_id"], "FAILED" if state.get("errored") else "FINISHED")
 
 
@@ -403,7 +398,7 @@ def add_seeds(plan: StudyPlan, options: RunOptions, seeds: list[int], *, progres
         else:
             added = sorted(set(state.get("added_outside_plan", [])) | {row["seed"] for row in rows})
             state["added_outside_plan"] = added
-            tracking.set_tags(client, state["parent_run_id"], {ADDED_TAG: json.dumps(added)})
+            tracking.set_tags(client, state["parent_run_id"], added_tags(added))
         _summarise(client, options, state, full)
         save_state(options.out_dir, state)
     return state

@@ -1,6 +1,7 @@
 """One trial end to end: train, evaluate, log everything to one MLflow run.
 
-Used by ``mae-study train`` directly and by the Ray Tune trainable; it holds no Ray code.
+``mae-study train``, the Ray Tune trainable and the data-parallel workers reach it through
+:func:`studies.trial_request.run_request`; it holds no Ray code.
 A trial that is resumed (same checkpoint path) reopens its own MLflow run, whose id lives in
 the checkpoint, and never logs a metric step twice.
 """
@@ -155,7 +156,7 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
             result, train_seconds = train_own()
         else:
             result, train_seconds = _shared_pretraining(client, run_id, config, data, pretrained, train_own,
-                                                        on_log, checkpoint_path)
+                                                        on_log, checkpoint_path, shard)
     except NonFiniteError as error:
         lifecycle.diverged(client, run_id, error.step, str(error))
         raise
@@ -241,6 +242,16 @@ def _log_prefix_checkpoint(client: MlflowClient, run_id: str, config: Config, fo
         client.log_artifact(run_id, str(path), artifact_path="checkpoint")
 
 
+def pretraining_decided(shard: Shard, config: Config, trains: bool = False) -> bool:
+    """Whether a data-parallel trial trains its encoder, as its rank 0 decided on claiming its
+    pretraining key (:mod:`studies.pretrained`): rank 0 passes ``trains``, every other rank waits
+    here for it (a reused encoder leaves them nothing to do). One process: ``trains``."""
+    if not shard.active:
+        return trains
+    device = torch.device(shard.device) if shard.device is not None else resolve_device(config.device)
+    return shard.any(trains and shard.rank == 0, device)
+
+
 def _checkpoint_step(checkpoint_path: Path) -> int:
     """The update a trial's newest readable checkpoint holds (0 if none is readable)."""
     state, _ = load_latest_checkpoint(Path(checkpoint_path))
@@ -249,17 +260,19 @@ def _checkpoint_step(checkpoint_path: Path) -> int:
 
 def _shared_pretraining(client: MlflowClient, run_id: str, config: Config, data: PatchData,
                         pretrained: shared.PretrainedCache, train_own, on_log,
-                        checkpoint_path: Path | None) -> tuple[TrainResult, float]:
+                        checkpoint_path: Path | None, shard: Shard = Shard()) -> tuple[TrainResult, float]:
     """Train the encoder of this trial's pretraining key and keep it for the study's other
     trials, or evaluate the one a trial kept (its ``train_loss`` history logged through
     ``on_log``, its training seconds returned). Tags the run ``pretraining: computed|reused KEY``,
-    and a reusing run ``pretraining_run: <the computing run>``."""
-    key = shared.pretraining_key(config, data)
+    and a reusing run ``pretraining_run: <the computing run>``. Rank 0 of a data-parallel trial
+    tells the other ranks whether they train (:func:`pretraining_decided`)."""
+    key = pretrained.key(config, data)
     own_work = checkpoint_path is not None and any(  # this trial was training this key: it finishes
         path.exists() for path in (Path(checkpoint_path), Path(f"{checkpoint_path}.prev")))
     if not own_work and shared.read_from_longer(config, pretrained.lengths):
         pretrained.await_reservation(key)
     with pretrained.claim(key, own_work=own_work) as claim:
+        pretraining_decided(shard, config, trains=claim.found is None)
         if claim.found is None:
             tracking.set_tags(client, run_id, {shared.TAG: f"computed {key}"})
             resumes_at = _checkpoint_step(checkpoint_path) if own_work else 0

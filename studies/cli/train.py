@@ -53,7 +53,8 @@ def _train(args: argparse.Namespace) -> tuple[int, dict[str, float] | None]:
 
     from .. import lifecycle
     from ..interrupts import Interruption
-    from ..trial import run_trial, trial_run_name
+    from ..trial import trial_run_name
+    from ..trial_request import TrialRequest, run_request
 
     console = Console(stderr=True)
     run_name = trial_run_name(config, prefix="smoke-" if args.smoke else "")  # own checkpoint, own run
@@ -70,11 +71,11 @@ def _train(args: argparse.Namespace) -> tuple[int, dict[str, float] | None]:
         interruption = Interruption()
         try:
             with interruption.installed():
-                outcome = run_trial(
-                    config, data, tracking_uri=tracking_uri, experiment=args.experiment, run_name=run_name,
-                    checkpoint_path=checkpoint,
+                request = TrialRequest(config, tracking_uri, experiment=args.experiment, run_name=run_name,
+                                       checkpoint_path=checkpoint)
+                outcome = run_request(
+                    request, data, interruption=interruption,
                     on_progress=lambda step, m: progress.update(task, completed=step, loss=f"{m['train_loss']:.4f}"),
-                    interruption=interruption,
                 )
         except (NonFiniteError, UserError) as error:  # the run is recorded FAILED with this reason
             fail(str(error), status=1)
