@@ -63,17 +63,26 @@ def test_a_reference_outside_the_grid_is_refused():
         Study(name="x", paper="p", base={}, axes={"mask_ratio": [0.5]}, reference={"steps": 10})
 
 
-def test_the_parent_run_records_the_reference(tmp_path):
+def _one_seed_parent(tmp_path, name: str):
+    """A store in ``tmp_path`` and the plan of built-in study ``name`` at seed 0: (client,
+    experiment id, uri, create), ``create(options)`` making the plan's parent run."""
     from studies import tracking
-    from studies.runner import RunOptions, StudyPlan, _create_parent
+    from studies.runner import StudyPlan, _create_parent
 
-    study = STUDIES["decoder_depth"]
+    study = STUDIES[name]
     plan = StudyPlan(study=study, base={}, axes={**study.grid_axes(), "seed": [0]},
                      cells=study.cells(seeds=(0,)), reference=study.reference_cell())
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = MlflowClient(uri)
     experiment = tracking.ensure_experiment(client, "mae-study", uri)
-    state = _create_parent(client, experiment, plan, RunOptions(out_dir=tmp_path / "out", tracking_uri=uri))
+    return client, experiment, uri, lambda options: _create_parent(client, experiment, plan, options)
+
+
+def test_the_parent_run_records_the_reference(tmp_path):
+    from studies.runner import RunOptions
+
+    client, experiment, uri, create = _one_seed_parent(tmp_path, "decoder_depth")
+    state = create(RunOptions(out_dir=tmp_path / "out", tracking_uri=uri))
     tags = client.get_run(state["parent_run_id"]).data.tags
     assert json.loads(tags["reference"]) == {"decoder_depth": 2} and tags["smoke"] == "False"
     run = client.create_run(experiment, tags={"study": "decoder_depth",
@@ -109,20 +118,13 @@ def test_the_report_finds_the_default_reference_of_a_zipped_grid():
 
 
 def test_the_parent_run_records_the_command_and_the_machine_for_the_report(tmp_path):
-    from studies import tracking
-    from studies.runner import RunOptions, StudyPlan, _create_parent
+    from studies.runner import RunOptions
 
-    study = STUDIES["mask_token"]
-    plan = StudyPlan(study=study, base={}, axes={**study.grid_axes(), "seed": [0]},
-                     cells=study.cells(seeds=(0,)), reference=study.reference_cell())
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    client = MlflowClient(uri)
-    experiment = tracking.ensure_experiment(client, "mae-study", uri)
+    client, _, uri, create = _one_seed_parent(tmp_path, "mask_token")
     command = "mae-study run mask_token seeds=0"
-    state = _create_parent(client, experiment, plan,
-                           RunOptions(out_dir=tmp_path / "out", tracking_uri=uri, command=command))
+    state = create(RunOptions(out_dir=tmp_path / "out", tracking_uri=uri, command=command))
     tags = client.get_run(state["parent_run_id"]).data.tags
     assert tags["command"] == command and tags["paper"] == "MAE Table 1c"
     assert "CPU cores" in tags["machine"] and "torch" in tags["machine"]
-    state = _create_parent(client, experiment, plan, RunOptions(out_dir=tmp_path / "out2", tracking_uri=uri))
+    state = create(RunOptions(out_dir=tmp_path / "out2", tracking_uri=uri))
     assert "command" not in client.get_run(state["parent_run_id"]).data.tags  # none made up
