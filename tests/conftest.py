@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import os
 import shutil
 import sqlite3
 import sys
@@ -21,8 +22,10 @@ from studies.environment import quiet_libraries
 # One intra-op thread per test process. The models here are tiny, so a second thread buys nothing,
 # and on a busy machine two spin-waiting threads made a 2 s trial take 6 s; the suite runs in two
 # xdist processes on two cores instead (the Makefile). A study's trial under Ray gets one too
-# (OMP_NUM_THREADS), and tests/test_probes.py's pinned numbers were computed with one.
+# (OMP_NUM_THREADS), and tests/test_probes.py's pinned numbers were computed with one. The
+# variable gives the commands and benches tests start as subprocesses one thread too.
 torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Ray and MLflow settings every test shares (and the subprocesses they start inherit).
 quiet_libraries()
 
