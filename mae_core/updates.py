@@ -21,15 +21,14 @@ from torch import nn
 from . import registry
 from .augment import augment
 from .config import Config
-from .corruptions import corrupt
 from .distributed import Shard
 from .images import DeviceImages
-from .masking import sample_visible
-from .objectives import masked_mse, reconstruction_mse
+from .objective_classes import Draw
 from .optimizer import make_capturable
 from .patches import patchify
 from .plugin_checks import target_result
 from .precision import resolve_precision
+from .registry import Objective
 
 
 class NonFiniteError(FloatingPointError):
@@ -80,17 +79,9 @@ def batch_target(patches: torch.Tensor, kind: str) -> torch.Tensor:
 
 
 def noise_generator(config: Config, device: torch.device, sampler: torch.Generator) -> torch.Generator:
-    """Where the DAE's corruption X̃ is drawn: on the CPU from the run's sampler (after I_t, as
-    before issue 26: every CPU number unchanged), on any other device from a generator of its own
-    there, seeded ``seed_masks + 2`` (the sampler is ``seed_masks + 1``), so the noise is drawn beside
-    the images with no host sync. That generator's state is checkpointed (``noise``), so a resumed
-    run draws the noise the uninterrupted one would have. The spec allows either: a stochastic
-    denoising corruption is any random image on the same probability space as X, its dependence
-    arbitrary (spec, population denoising risk; Vincent et al. eq. 5 samples it per update)."""
-    if not config.objective_spec.corrupted or device.type == "cpu":
-        return sampler
-    return torch.Generator(device).manual_seed(config.masks_seed + 2)
-
+    """Where the objective draws what is not the sampler's (the DAE's corruption ``X̃``): the
+    sampler, or a generator of its own off the CPU (:meth:`mae_core.objective_classes.DAE.noise_generator`)."""
+    return config.objective_spec.noise_generator(config, device, sampler)
 
 
 class CudaGraphWarning(UserWarning):
@@ -113,8 +104,8 @@ def graph_blocker(config: Config, device: torch.device, images_in_memory: bool =
     Each reason names the key (and, where it is one, what in the update needs the host); the
     variants captured are the ones issue 26 asks for: objective mae | ae, mask_sampling random |
     grid, precision fp32 | bf16, with AdamW, no augmentation and the images in memory."""
-    if config.objective_spec.corrupted:
-        return f"objective={config.objective} draws its corruption per update, not ahead into fixed buffers"
+    if config.objective_spec.capture_blocker is not None:
+        return f"objective={config.objective} {config.objective_spec.capture_blocker}"
     if config.mask_sampling == "block":
         return "mask_sampling=block is not captured (random and grid are)"
     if resolve_precision(config.precision, device) == "fp16":
@@ -167,17 +158,20 @@ class UpdateParts:
     shard: Shard = Shard()  # this rank's slice of each global batch (mae_core.distributed)
     noise: torch.Generator | None = None  # the DAE's corruption; None: the sampler
 
-    def loss(self, clean: torch.Tensor, visible: torch.Tensor | None, x: torch.Tensor | None = None) -> torch.Tensor:
-        """``L_t``: the mean of ℓ_MAE at ``visible`` (MAE) or of the reconstruction error of the
-        input ``x`` (AE: ``clean``; DAE: its corruption) against ``T(clean)``."""
-        target = batch_target(clean, self.config.target)
-        if visible is not None:
-            with self.autocast:
-                pred = self.forward(clean, visible)
-            return masked_mse(pred.float(), target, visible).mean()
+    @property
+    def objective(self) -> Objective:
+        return self.config.objective_spec
+
+    def loss(self, clean: torch.Tensor, draw: Draw) -> torch.Tensor:
+        """``L_t`` of the objective (:meth:`~mae_core.registry.Objective.loss`) for the clean
+        patches ``[B,M,q]`` and what it drew, against ``T(clean)``."""
+        return self.objective.loss(self.predict, clean, batch_target(clean, self.config.target), draw)
+
+    def predict(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """The model's predictions ``[B,M,d]`` under the run's autocast, as fp32 (the loss is fp32)."""
         with self.autocast:
-            pred = self.forward(clean if x is None else x)
-        return reconstruction_mse(pred.float(), target).mean()
+            pred = self.forward(*inputs)
+        return pred.float()
 
     def step(self, step: int | torch.Tensor, loss: torch.Tensor) -> None:
         """``g_t = ∇L_t`` and ``U_t``; ``running += L_t``."""
@@ -211,22 +205,18 @@ class EagerUpdate:
         # corruption) as one process would, then keeps its rows. Without augmentation or
         # corruption nothing is drawn per image, so a rank reads only its own images.
         rows = p.shard.rows(config.batch_size) if p.shard.active else slice(None)
-        whole = config.augment != "none" or config.objective_spec.corrupted
+        whole = config.augment != "none" or p.objective.reads_images
         # the augmentation (none by default: it draws nothing then) draws from the same sampler
         clean = patchify(augment(p.images(index if whole else index[rows]), config.augment, p.sampler,
                                  self.value_range), p.patch_size)  # [B,M,q] (this rank's rows of it)
-        visible = x = None
-        if config.objective_spec.masked:
-            visible = sample_visible(config.batch_size, config.num_patches, config.num_visible, p.sampler,
-                                     config.mask_sampling, config.grid)[rows]  # V_t
-            visible = visible.to(clean.device, non_blocking=True)
-        elif config.objective_spec.corrupted:  # X̃ drawn beside the images (on the CPU: from the sampler)
-            x = corrupt(clean, config.resolved_corruption, config.corruption_level,
-                        p.sampler if p.noise is None else p.noise)[rows]
+        # V_t (MAE) or X̃ drawn beside the images (DAE; on the CPU from the sampler)
+        draw = p.objective.draw(clean, config, p.sampler, p.sampler if p.noise is None else p.noise,
+                                config.batch_size)
+        draw = draw.rows(rows).to(clean.device)
         if p.images.reader is not None and t + 1 < config.steps:  # images on disk: read I_{t+1} meanwhile
             following = self.next_index(len(p.images), config.batch_size)
             p.images.prefetch(following if whole else following[rows])
-        p.step(t, p.loss(clean[rows] if whole else clean, visible, x))
+        p.step(t, p.loss(clean[rows] if whole else clean, draw))
 
     def next_index(self, n: int, batch: int) -> torch.Tensor:
         """I_{t+1} as update t+1 will draw it (every draw of update t is made), from a copy of
@@ -266,10 +256,8 @@ class CapturableUpdate:
         self.lr = torch.zeros((), dtype=dtype, device=device)
         self.step = torch.tensor(start, dtype=torch.long, device=device)  # t
         make_capturable(parts.optimizer, self.lr)
-        batch, k = config.batch_size, config.num_visible
-        self.index = torch.zeros(DRAW_AHEAD, batch, dtype=torch.long, device=device)  # I_t of the drawn updates
-        self.visible = (torch.zeros(DRAW_AHEAD, batch, k, dtype=torch.long, device=device)
-                        if config.objective_spec.masked else None)  # V_t
+        self.index = torch.zeros(DRAW_AHEAD, config.batch_size, dtype=torch.long, device=device)  # I_t of the drawn updates
+        self.visible: torch.Tensor | None = None  # V_t of the drawn updates, made on the first draw that has one
         self.slot = torch.zeros((), dtype=torch.long, device=device)  # t - first drawn update
         self.host_index: torch.Tensor | None = None  # [updates, B] on the CPU: images read from disk
         self.first = self.end = start  # the drawn updates are [first, end)
@@ -306,15 +294,17 @@ class CapturableUpdate:
         for _ in range(count):
             states.append(sampler.get_state())
             index.append(torch.randint(len(self.parts.images), (config.batch_size,), generator=sampler))
-            if self.visible is not None:
-                visible.append(sample_visible(config.batch_size, config.num_patches, config.num_visible, sampler,
-                                              config.mask_sampling, config.grid))
+            drawn = self.parts.objective.draw_ahead(config, sampler, config.batch_size)
+            if drawn.visible is not None:
+                visible.append(drawn.visible)
         states.append(sampler.get_state())
         self.states, self.first, self.end = states, t, t + count
         self.host_index = torch.stack(index)
         # stream-ordered after every update already queued, which may still read the old draws
         self.index[:count].copy_(self.host_index, non_blocking=True)
-        if self.visible is not None:
+        if visible:
+            if self.visible is None:  # allocated before any capture: every replay reads these buffers
+                self.visible = torch.zeros(DRAW_AHEAD, *visible[0].shape, dtype=torch.long, device=self.device)
             self.visible[:count].copy_(torch.stack(visible), non_blocking=True)
         self.slot.zero_()
 
@@ -333,7 +323,7 @@ class CapturableUpdate:
         if p.images.reader is not None and t is not None and t + 1 < self.end:  # on disk: read I_{t+1} meanwhile
             p.images.prefetch(self.host_index[t + 1 - self.first][rows])
         visible = None if self.visible is None else self.visible.index_select(0, slot)[0][rows]  # [B,k]
-        p.step(self.step, p.loss(clean, visible))
+        p.step(self.step, p.loss(clean, Draw(visible=visible)))
         self.step += 1
         self.slot += 1
 
