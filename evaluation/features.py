@@ -23,7 +23,7 @@ from torch import nn
 from mae_core.config import Config
 from mae_core.devices import to_device
 from mae_core.evaluator import PIXELS, RANDOM_INIT
-from mae_core.train import PatchData
+from mae_core.data import PatchData
 
 from .probes import Features, extract_features, pixel_features, random_init_model
 

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.usefixtures("fresh_plugins")  # conftest: only the buil
 
 
 def _trained(config):
-    from mae_core.train import prepare_data, train
+    from mae_core.data import prepare_data
+    from mae_core.train import train
 
     data = prepare_data(config)
     return train(config, data).model.eval(), data
