@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from mae_core.config import Config, EvalConfig
-from mae_core.train import PatchData
+from mae_core.data import PatchData
 
 FORMAT = 1  # the file's layout
 # eval.* keys only the pretrained encoder's fine-tuning (or layer-wise probes) reads: cells that differ in them alone

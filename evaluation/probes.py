@@ -60,7 +60,7 @@ from torch import nn
 from mae_core.config import Config, EvalConfig
 from mae_core.devices import to_device
 from mae_core.models import build_model
-from mae_core.train import PatchData
+from mae_core.data import PatchData
 
 from . import torch_probes
 from .baselines import BaselineCache, baseline_key

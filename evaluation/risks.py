@@ -13,7 +13,7 @@ from mae_core.objectives import (
     empirical_rec_risk,
     mean_pixel_baseline_risk,
 )
-from mae_core.train import PatchData
+from mae_core.data import PatchData
 
 
 def reconstruction_metrics(model: nn.Module, config: Config, data: PatchData) -> dict[str, float]:

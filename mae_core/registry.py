@@ -207,7 +207,7 @@ class DatasetFormat:
 class Evaluator:
     """What a trial measures once it is trained: ``function(model, config, data, *, baselines)
     -> {metric name: value}`` (``model`` in eval mode on the trial's device, ``data`` its
-    :class:`~mae_core.train.PatchData`, ``baselines`` the study's shared baseline cache or None).
+    :class:`~mae_core.data.PatchData`, ``baselines`` the study's shared baseline cache or None).
     ``metrics``: the rows it logs (:class:`evaluation.metrics.Metric`: name, kind, label, unit,
     direction, ...), which the report, tables and claims read like the built-in ones; a
     trial fails on a metric its evaluator did not declare."""

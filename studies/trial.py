@@ -28,8 +28,11 @@ from evaluation.online import METRIC_NAMES as ONLINE_METRICS, OnlineEvaluation
 from mae_core.compute import compute_metrics
 from mae_core.distributed import Shard
 from mae_core.models import build_model, config_variant_name
-from mae_core.train import (NonFiniteError, PatchData, TrainResult, hold_for_tests, load_latest_checkpoint,
-                            resolve_device, train)
+from mae_core.checkpoint import load_latest_checkpoint
+from mae_core.data import PatchData
+from mae_core.devices import resolve_device
+from mae_core.train import hold_for_tests, train, TrainResult
+from mae_core.updates import NonFiniteError
 
 from . import lifecycle, logged, pretrained as shared, tracking
 from .interrupts import Interruption

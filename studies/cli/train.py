@@ -32,7 +32,8 @@ def _json_safe(metrics: dict[str, float]) -> dict[str, float | None]:
 def _train(args: argparse.Namespace) -> tuple[int, dict[str, float] | None]:
     """Train and evaluate one config: (exit status, final metrics or None if interrupted)."""
     from mae_core.errors import UserError
-    from mae_core.train import NonFiniteError, prepare_data
+    from mae_core.data import prepare_data
+    from mae_core.updates import NonFiniteError
 
     from ..study import SMOKE, SMOKE_EVAL
 
