@@ -30,6 +30,8 @@ as the built-ins do (:mod:`mae_core.builtin_parts`). The public contract (shapes
   dict[str, float]``: what a trained model is measured by, run when ``eval.evaluators`` lists
   it (default ``risks,probes``, the built-ins of :mod:`evaluation.evaluators`); its ``Metric``
   rows (:mod:`evaluation.metrics`) join the metric table every report reads.
+  ``@register_evaluator`` (:mod:`mae_core.evaluator`) on an ``Evaluator`` subclass does the
+  same for a class with typed ``eval.<name>.*`` settings and baselines.
 
 This module imports no torch, so the config can list every name without it.
 """
@@ -213,9 +215,18 @@ class Evaluator:
     trial fails on a metric its evaluator did not declare."""
 
     name: str
-    function: Callable
+    function: Callable  # a class-based evaluator's entry: its class (mae_core.evaluator)
     metrics: tuple = ()
     doc: str = ""
+    # @register_evaluator's: the mae_core.evaluator.Evaluator subclass and its pydantic Settings
+    # (the eval.<name>.* keys); None for an @evaluator function, which has no keys of its own
+    evaluator_class: type | None = None
+    settings: type | None = None
+
+    @property
+    def during_training(self) -> bool:
+        """Runs while the model trains (``online``), never listed in ``eval.evaluators``."""
+        return bool(getattr(self.evaluator_class, "during_training", False))
 
 
 objectives: Registry[Objective] = Registry("objective")
