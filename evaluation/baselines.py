@@ -44,11 +44,22 @@ PRETRAINED_ONLY_SETTINGS = ("finetune_blocks", "finetune_layer_decay", "probe_bl
 _NOT_READ = {*PRETRAINED_ONLY_SETTINGS, "repeats"}
 # The code that computes baselines is part of the key: an edited probe never reads old numbers.
 _SOURCES = ("probes.py", "features.py", "linear_head.py", "finetune_recipe.py", "baselines.py")
-BASELINE_PREFIXES = ("random_probe_", "pixel_probe_", "random_finetune_", "scratch_best_finetune_")
+
+
+def baseline_prefixes() -> tuple[str, ...]:
+    """The metric prefixes of every registered evaluator's baselines, in registration order
+    (:attr:`mae_core.evaluator.Evaluator.baselines`; the built-in probes': ``random_probe_``,
+    ``pixel_probe_``, ``random_finetune_``, ``scratch_best_finetune_``)."""
+    from mae_core.registry import evaluators
+
+    entries = [evaluators.get(name) for name in evaluators.names()]
+    return tuple(dict.fromkeys(prefix for entry in entries
+                               for prefix in getattr(entry.evaluator_class, "baselines", {})))
 
 
 def is_baseline_metric(name: str) -> bool:
-    return name.startswith(BASELINE_PREFIXES)
+    """Whether ``name`` is a baseline's metric (one of :func:`baseline_prefixes`)."""
+    return name.startswith(baseline_prefixes())
 
 
 def _hash_tensor(digest: "hashlib._Hash", name: str, tensor: torch.Tensor) -> None:

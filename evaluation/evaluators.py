@@ -77,6 +77,9 @@ class Probes(Evaluator):
     metrics = rows_logged_by("probes")
     baselines = {"random_probe_": RANDOM_INIT, "pixel_probe_": PIXELS,
                  "random_finetune_": RANDOM_INIT, "scratch_best_finetune_": RANDOM_INIT}
+    # Smoke: one candidate per probe choice and one few-shot draw (the choice code still runs on
+    # the validation split, without the grid's dozens of logistic-regression fits)
+    smoke = {"linear_cs": "1.0", "knn_ks": "5", "fewshot_draws": 1}
     flat_keys = True
 
     def measure(self, trial) -> dict[str, float]:

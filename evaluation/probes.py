@@ -595,7 +595,7 @@ def fixed_and_tuned_finetune(model: nn.Module, data: PatchData, split: Validatio
 
 def baseline_metrics(fresh: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
                      seed: int, options: dict, backend: str = "auto", features=None) -> dict[str, float]:
-    """The baselines of :func:`probe_metrics` (names in :data:`evaluation.baselines.BASELINE_PREFIXES`):
+    """The baselines of :func:`probe_metrics` (names under the ``probes`` evaluator's ``baselines`` prefixes, :func:`evaluation.baselines.baseline_prefixes`):
     the frozen probes of ``fresh`` (:func:`random_init_model`) and of raw pixels, and, with
     ``finetune_steps > 0``, training ``fresh`` from scratch for as many updates and for the
     candidate length best on validation (:func:`tuned_finetune`), refitted on the whole training split."""

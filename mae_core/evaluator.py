@@ -50,6 +50,9 @@ class Evaluator:
     metrics: ClassVar[tuple] = ()
     needs_labels: ClassVar[bool] = True
     baselines: ClassVar[Mapping[str, str]] = {}
+    # Its settings in smoke mode (--smoke: seconds on two cores, every code path exercised);
+    # a study's own keys win over these (studies.study.smoke_eval)
+    smoke: ClassVar[Mapping[str, Any]] = {}
     # True: runs while the model trains (every eval.every updates), never after training
     during_training: ClassVar[bool] = False
     # True for the built-ins whose keys predate evaluators with settings: their keys stay the
@@ -85,6 +88,17 @@ class Evaluator:
 
     def __call__(self, trial: Any) -> dict[str, float]:
         return self.measure(trial)
+
+
+def smoke_keys() -> dict[str, Any]:
+    """Every registered evaluator's ``smoke`` settings as config keys: ``eval.<key>`` for a
+    built-in with ``flat_keys``, ``eval.<name>.<key>`` otherwise."""
+    keys: dict[str, Any] = {}
+    for name in registry.evaluators.names():
+        cls = registry.evaluators.get(name).evaluator_class
+        for key, value in (getattr(cls, "smoke", None) or {}).items():
+            keys[f"eval.{key}" if cls.flat_keys else f"eval.{name}.{key}"] = value
+    return keys
 
 
 def register_evaluator(cls: type[Evaluator]) -> type[Evaluator]:

@@ -190,3 +190,14 @@ def test_the_online_evaluator_runs_through_the_registry(tmp_path):
     _online_evaluation(client, run_id, config, data)(2, model)
     assert seen == [model]
     assert {m.step for m in client.get_metric_history(run_id, METRIC_NAMES[0])} == {2}
+
+
+def test_smoke_settings_and_baseline_prefixes_come_from_the_registry():
+    from evaluation.baselines import baseline_prefixes, is_baseline_metric
+    from studies.study import smoke_eval
+
+    # the numbers every smoke study had: the probes' one candidate per choice, one few-shot draw
+    assert smoke_eval() == {"eval.linear_cs": "1.0", "eval.knn_ks": "5", "eval.fewshot_draws": 1}
+    assert baseline_prefixes() == ("random_probe_", "pixel_probe_", "random_finetune_", "scratch_best_finetune_")
+    plugins.load_plugins([str(CENTROID)])
+    assert is_baseline_metric("pixel_centroid_acc") and not is_baseline_metric("centroid_acc")

@@ -35,9 +35,9 @@ def _train(args: argparse.Namespace) -> tuple[int, dict[str, float] | None]:
     from mae_core.data import prepare_data
     from mae_core.updates import NonFiniteError
 
-    from ..study import SMOKE, SMOKE_EVAL
+    from ..study import SMOKE, smoke_eval
 
-    config = resolve_config(args.config, args.overrides, smoke={**SMOKE_EVAL, **SMOKE} if args.smoke else None)
+    config = resolve_config(args.config, args.overrides, smoke={**smoke_eval(), **SMOKE} if args.smoke else None)
     data = prepare_data(config)  # data errors and D_norm refusals happen before any run exists
     out = writable_folder(Path(args.out), "--out")
     tracking_uri = args.tracking_uri or default_uri(out)
