@@ -72,6 +72,12 @@ SEED_SOURCES = {"seed_data": "data_seed", "seed_init": "init_seed", "seed_masks"
                 "seed_eval": "eval_seed"}
 
 
+def listable_evaluators() -> list[str]:
+    """The evaluators ``eval.evaluators`` may name: every registered one but those that run during
+    training (``online``), which ``eval.every`` switches on instead."""
+    return [name for name in registry.evaluators.names() if not registry.evaluators.get(name).during_training]
+
+
 class EvalConfig(BaseModel):
     """How a trained encoder is evaluated downstream: the probes' and fine-tuning's settings.
 
@@ -232,7 +238,7 @@ class EvalConfig(BaseModel):
         """Registered names (built-in or a loaded plugin's), each once, at least one."""
         if not value:
             raise ValueError(f"needs at least one of {registry.evaluators.allowed()}")
-        listable = [name for name in registry.evaluators.names() if not registry.evaluators.get(name).during_training]
+        listable = listable_evaluators()
         unknown = [name for name in value if name not in listable]
         if unknown:
             raise ValueError(f"{', '.join(unknown)} not one of {', '.join(listable)}")
@@ -766,7 +772,7 @@ def allowed_values(field: FieldInfo) -> str:
     ``integer ≥ 1 | null``, ``auto | true | false``."""
     words: list[str] = []
     if _registry_of(field) is not None and typing.get_origin(field.annotation) is tuple:  # eval.evaluators
-        return "a list of " + ", ".join(_choices(field).names())
+        return "a list of " + ", ".join(listable_evaluators())
     if _registry_of(field) is not None:  # a registry's names: built-in, then any plugin's
         words += list(_choices(field).names())
     for member in _union_members(field.annotation):
