@@ -19,13 +19,13 @@ import pandas as pd
 from evaluation.metrics import METRICS
 
 from . import figures
-from .claims import (CLAIM_COLUMNS, EXACT_COLUMNS, EXTRA_COLUMNS, FUTILITY_POWER, decide_claims,
+from .claims import (CLAIM_COLUMNS, EXACT_COLUMNS, EXTRA_COLUMNS, FUTILITY_POWER, SD_BOUND, decide_claims,
                      resolve_claims, seeds_text)
 from .markdown import markdown_table
 from .partial_share import share_sentences
 from .registration import DECLARED, MEANINGS, declared_labels
 from .sequential import Plan, decide_sequential
-from .stats import ALPHA
+from .stats import ALPHA, POWER
 
 # Colour-blind-safe (seaborn "colorblind"): green better, vermilion worse, blue equivalent, grey open.
 VERDICT_COLOURS = {"better": "#009E73", "worse": "#D55E00", "equivalent": "#0072B2", "inconclusive": "#7f7f7f"}
@@ -129,8 +129,8 @@ def claims_text(table: pd.DataFrame, note: str = "", smoke: bool = False, max_se
             f"{threshold}, in the metric's better sense: higher accuracy, lower risk); equivalent (the paired "
             f"TOST within ±delta, adjusted, < {threshold}: any difference is smaller than the smallest "
             f"effect of interest); inconclusive otherwise, which is not evidence of no effect: n needed "
-            f"is the seeds per cell that would decide it at the observed effect and an 80% upper bound "
-            f"of the spread (80% power). A peak is better only when it beats every other cell; a trend "
+            f"is the seeds per cell that would decide it at the observed effect and an {SD_BOUND:.0%} upper bound "
+            f"of the spread ({POWER:.0%} power). A peak is better only when it beats every other cell; a trend "
             f"only when every step moves the same way.")
     flagged = table[table["robust"] != "yes"]
     if len(flagged):

@@ -40,7 +40,7 @@ from evaluation.metrics import ACCURACY, METRICS
 from mae_core.config import Config, declared_choices
 
 from .intervals import LEVEL, mean_interval
-from .labels import AXIS_LABELS, axis_label, is_accuracy, value_text
+from .labels import AXIS_LABELS, axis_label, is_accuracy, table_columns, value_text
 
 __all__ = ["AXIS_LABELS", "axis_label"]  # re-exported: the labels live in analysis.labels
 
@@ -531,11 +531,10 @@ def online_curves(histories: pd.DataFrame, frame: pd.DataFrame, axes: Sequence[s
 
 
 def objectives_comparison(frame: pd.DataFrame, width: float | str = "full") -> Figure:
-    """Each downstream accuracy by objective (ae / dae / mae), one panel per metric, with the
-    baselines as bands."""
+    """Each accuracy of MAE Table 1's columns (:func:`analysis.labels.table_columns`: fine-tune,
+    linear, few-shot, kNN) by objective, one panel per metric, with the baselines as bands."""
     data = _finished(frame)
-    metrics = [m for m in ("finetune_acc", "probe_linear_acc", "probe_fewshot_acc", "probe_knn_acc")
-               if _has(data, m)]
+    metrics = [m for m in table_columns() if _has(data, m)]  # MAE Table 1's columns, a plugin's too
     return metric_vs_axis(frame, "objective", metrics, width=width)
 
 

@@ -27,7 +27,8 @@ from . import figures, paper_table
 from .frame import ReportError, load_runs, load_study_info
 from .labels import table_columns
 from .paper_table import tex
-from .report import figure_caption, study_reference
+from .findings import study_reference
+from .report_figures import figure_caption
 from .trials_file import FindStudy, load_trials
 
 STUDY_NAME = re.compile(files.STUDY_NAME)  # the one pattern run, report and evaluate take

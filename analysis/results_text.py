@@ -20,6 +20,7 @@ import pandas as pd
 from .claims import MAX_SEEDS, seeds_text
 from .markdown import markdown_table
 from .registration import DECLARED
+from .stats import ALPHA
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -226,7 +227,7 @@ def overview(folders: list[Path], links: str) -> str:
     text = (f"{len(total)} hypotheses in {len(counted)} studies: {_counts(total)}. {per_testbed} {COUNTING} "
             f"Variants here: "
             f"{', '.join(f'{v} (of {s})' for v, s in variants.items()) or 'none'}. Each report is one family at "
-            f"α = 0.05; \"inconclusive\" is not \"no effect\": the last column gives the seeds per cell that "
+            f"α = {ALPHA}; \"inconclusive\" is not \"no effect\": the last column gives the seeds per cell that "
             f"would decide it at the observed effect and spread"
             + (f" (median over the counted studies {median})." if median else ".")
             + f" Declared: {_declared(total)} ({DECLARED_TEXT}).\n\n")
@@ -287,7 +288,7 @@ def main_readme(folders: list[Path]) -> str:
     counts = " ".join(f"{'On ' + testbed + ', ' if testbed else ''}{len(total)} hypotheses in "
                       f"{len(testbeds.get(testbed, []))} studies: {_counts(total) or 'none'}; declared: "
                       f"{_declared(total) or 'none'}." for testbed, total in totals.items())
-    head = (f"{counts} {COUNTING} Each report is one family at α = 0.05; \"inconclusive\" is not \"no effect\"; "
+    head = (f"{counts} {COUNTING} Each report is one family at α = {ALPHA}; \"inconclusive\" is not \"no effect\"; "
             f"a capped one has no seed count (n needed ≥ {MAX_SEEDS}, e.g. a trend shown to go both ways) and "
             f"is left out of the medians. Declared: {DECLARED_TEXT}. Every claim, its effect, interval and the "
             f"seeds it needs: [docs/results](docs/results/README.md).\n\n")
@@ -306,7 +307,7 @@ def demo_section(folder: Path) -> str:
     finished = int((trials["status"] == "FINISHED").sum())
     head = (f"[The report](docs/results/{folder.name}/): {len(trials)} trials ({finished} finished), seeds "
             f"{seeds[0]}-{seeds[-1]}; {len(claims)} claims, declared: {_declared(claims)}; verdicts: "
-            f"{_counts(claims) or 'none'} (one family at α = 0.05).\n\n")
+            f"{_counts(claims) or 'none'} (one family at α = {ALPHA}).\n\n")
     return head + markdown_table(claims_table(claims))
 
 

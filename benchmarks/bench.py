@@ -29,7 +29,8 @@ from mae_core.masking import sample_visible
 from mae_core.models import build_model
 from mae_core.objectives import empirical_mae_risk, masked_mse
 from mae_core.targets import apply_target
-from mae_core.train import build_optimizer, prepare_data
+from mae_core.data import prepare_data
+from mae_core.optimizer import build_optimizer
 
 # Under the working directory (in a checkout: the committed results), never inside an install.
 RESULTS = Path("benchmarks") / "results"

@@ -68,7 +68,10 @@ from mae_core.objectives import empirical_mae_risk, masked_mse
 from mae_core.patches import patchify
 from mae_core.precision import autocast
 from mae_core.compile_policy import CompileCost, decide, model_class
-from mae_core.train import batch_target, build_optimizer, prepare_data, train, update_plan
+from mae_core.data import prepare_data
+from mae_core.optimizer import build_optimizer
+from mae_core.train import train
+from mae_core.updates import batch_target, update_plan
 
 RESULTS = Path("benchmarks") / "results"
 MIN_REPS = 10  # every timed quantity is at least this many repetitions

@@ -32,13 +32,17 @@ def evaluate_trial(model, config, data, *, probes: bool = True, baselines=None) 
     Whatever the evaluators, ``data_train_test_duplicates`` (test images byte-equal to a training
     image; 0 for the built-in datasets) is logged beside them: the split's leak check is
     bookkeeping of the data, not of one evaluator."""
+    from .features import TrialFeatures
+
+    features = TrialFeatures(model, config, data)  # extracted once, read by every evaluator and repeat
     repeats = config.eval.repeats
     if repeats == 1:
-        metrics = _evaluate_once(model, config, data, probes=probes, baselines=baselines)
+        metrics = _evaluate_once(model, config, data, probes=probes, baselines=baselines, features=features)
     else:
         first = config.eval_seed
         metrics = repeated_mean([_evaluate_once(model, config.with_updates(seed_eval=first + r), data,
-                                                probes=probes, baselines=baselines) for r in range(repeats)])
+                                                probes=probes, baselines=baselines, features=features)
+                                 for r in range(repeats)])
     metrics["data_train_test_duplicates"] = float(data.train_test_duplicates)
     return metrics
 
@@ -58,17 +62,26 @@ def repeated_mean(runs: list[dict[str, float]]) -> dict[str, float]:
     return metrics
 
 
-def _evaluate_once(model, config, data, *, probes: bool, baselines) -> dict[str, float]:
-    """The evaluators once, with the config's ``seed_eval``."""
+def _evaluate_once(model, config, data, *, probes: bool, baselines, features) -> dict[str, float]:
+    """The evaluators once, with the config's ``seed_eval``: a class (:mod:`mae_core.evaluator`)
+    measures a :class:`~evaluation.features.Trial` sharing ``features``; an ``@evaluator``
+    function is called with ``(model, config, data, baselines=...)``."""
     from mae_core.plugin_checks import call_part  # a plugin's sys.exit: an error naming it
     from mae_core.registry import evaluators
+
+    from .features import Trial
 
     metrics: dict[str, float] = {}
     for name in config.eval.evaluators:
         if not probes and name != "risks":
             continue
         entry = evaluators.get(name)
-        measured = call_part(f"eval.evaluators={name}", entry.function, model, config, data, baselines=baselines)
+        what = f"eval.evaluators={name}"
+        if entry.evaluator_class is not None:
+            trial = Trial(model, config, data, baselines=baselines, features=features)
+            measured = call_part(what, entry.evaluator_class.from_config(config), trial)
+        else:
+            measured = call_part(what, entry.function, model, config, data, baselines=baselines)
         undeclared = sorted(key for key in measured if not declares(entry, key))
         if undeclared:
             raise UndeclaredMetric(f"evaluator {name!r} logged {', '.join(undeclared)}, which it does not declare "

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from mae_core.config import Config, EvalConfig
-from mae_core.train import PatchData
+from mae_core.data import PatchData
 
 FORMAT = 1  # the file's layout
 # eval.* keys only the pretrained encoder's fine-tuning (or layer-wise probes) reads: cells that differ in them alone
@@ -43,12 +43,23 @@ PRETRAINED_ONLY_SETTINGS = ("finetune_blocks", "finetune_layer_decay", "probe_bl
 # eval.repeats runs the whole evaluation once per seed; a set of baselines reads one seed (hashed).
 _NOT_READ = {*PRETRAINED_ONLY_SETTINGS, "repeats"}
 # The code that computes baselines is part of the key: an edited probe never reads old numbers.
-_SOURCES = ("probes.py", "linear_head.py", "finetune_recipe.py", "baselines.py")
-BASELINE_PREFIXES = ("random_probe_", "pixel_probe_", "random_finetune_", "scratch_best_finetune_")
+_SOURCES = ("probes.py", "features.py", "linear_head.py", "finetune_recipe.py", "baselines.py")
+
+
+def baseline_prefixes() -> tuple[str, ...]:
+    """The metric prefixes of every registered evaluator's baselines, in registration order
+    (:attr:`mae_core.evaluator.Evaluator.baselines`; the built-in probes': ``random_probe_``,
+    ``pixel_probe_``, ``random_finetune_``, ``scratch_best_finetune_``)."""
+    from mae_core.registry import evaluators
+
+    entries = [evaluators.get(name) for name in evaluators.names()]
+    return tuple(dict.fromkeys(prefix for entry in entries
+                               for prefix in getattr(entry.evaluator_class, "baselines", {})))
 
 
 def is_baseline_metric(name: str) -> bool:
-    return name.startswith(BASELINE_PREFIXES)
+    """Whether ``name`` is a baseline's metric (one of :func:`baseline_prefixes`)."""
+    return name.startswith(baseline_prefixes())
 
 
 def _hash_tensor(digest: "hashlib._Hash", name: str, tensor: torch.Tensor) -> None:
@@ -108,3 +119,25 @@ class BaselineCache:
             os.replace(temporary, path)
         self.outcomes.append((key, "computed"))
         return metrics
+
+
+def evaluator_baseline_key(evaluator, trial, which: str) -> str:
+    """The key of one baseline of a class-based evaluator (:class:`evaluation.evaluators.FrozenFeatureProbe`):
+    :func:`baseline_key` of the trial's encoder at initialisation, and the evaluator's name, that
+    baseline (``which``: prefix and reference), its settings and its module's source (an edited
+    plugin never reads old numbers)."""
+    import inspect
+    import sys
+
+    features, config = trial.features, trial.config
+    digest = hashlib.sha256(baseline_key(features.random_init_model(), config, trial.data, config.eval,
+                                         config.eval_seed, features.device).encode())
+    digest.update(json.dumps({"evaluator": evaluator.name, "baseline": which,
+                              "settings": evaluator.settings.model_dump(mode="json")}, sort_keys=True).encode())
+    module = sys.modules.get(type(evaluator).__module__)
+    try:
+        digest.update(inspect.getsource(module).encode() if module is not None else b"")
+    except (OSError, TypeError):  # no source to read (an interactive definition): the name alone
+        digest.update(type(evaluator).__qualname__.encode())
+    return digest.hexdigest()
+

@@ -9,7 +9,7 @@ patch embedding at ``decay^(d+1)``, so the lower, more generic layers move least
 is one group at one step size (today's fine-tuning). Weight decay is left as AdamW's default
 for every group (MAE also exempts norms and biases; the harness's fine-tuning never did).
 
-The schedule is the trainer's (:func:`mae_core.train.learning_rate`): linear warm-up over
+The schedule is the trainer's (:func:`mae_core.optimizer.learning_rate`): linear warm-up over
 ``warmup_fraction`` of the run, then constant or cosine to 0 at its last update.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from mae_core.train import learning_rate
+from mae_core.optimizer import learning_rate
 
 # Parameter names of the models (MaskedAutoencoder, BottleneckAutoencoder) around either encoder
 # (mae_core.encoders.Encoder: the built-in ViT, or timm's, whose register tokens and pre-norm

@@ -28,7 +28,7 @@ from torch import nn
 
 from mae_core.config import EvalConfig
 from mae_core.devices import to_device
-from mae_core.train import learning_rate
+from mae_core.optimizer import learning_rate
 
 BN_EPS = 1e-6  # MAE's BatchNorm1d(eps=1e-6)
 INIT_STD = 0.01  # MAE: trunc_normal_(head.weight, std=0.01)

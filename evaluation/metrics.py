@@ -49,7 +49,7 @@ class Metric:
     column: str | None = None  # its column in the paper's Table 1 (analysis.labels.table_columns)
     column_rank: int = 0  # the columns' order (MAE Table 1: fine-tuning first)
     table_row: str | None = None  # a reference's row under that table (analysis.labels.baseline_rows)
-    figure: str | None = None  # a report figure it is a panel of ("probes": analysis.report.probe_panels)
+    figure: str | None = None  # a report figure it is a panel of ("probes": analysis.report_figures.probe_panels)
     # The values it can take (low, high), where the unit bounds them: a fraction lies in [0, 1].
     # None: unbounded (a risk in target units). A claim's delta on it is below high - low.
     bounds: tuple[float, float] | None = None

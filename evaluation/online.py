@@ -28,7 +28,7 @@ from torch import nn
 from mae_core.config import Config
 from mae_core.objectives import empirical_mae_risk
 from mae_core.patches import patchify
-from mae_core.train import PatchData
+from mae_core.data import PatchData
 
 from .metrics import ONLINE_METRICS
 from .probes import extract_features, knn_accuracy, validation_split

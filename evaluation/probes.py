@@ -60,7 +60,7 @@ from torch import nn
 from mae_core.config import Config, EvalConfig
 from mae_core.devices import to_device
 from mae_core.models import build_model
-from mae_core.train import PatchData
+from mae_core.data import PatchData
 
 from . import torch_probes
 from .baselines import BaselineCache, baseline_key
@@ -319,23 +319,27 @@ def probes_on_device(backend: str, device: torch.device) -> bool:
 
 def frozen_probes(model: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
                   seed: int, prefix: str = "probe_", blocks: int | None = None,
-                  backend: str = "auto") -> dict[str, float]:
+                  backend: str = "auto", features=None, role: str = "pretrained") -> dict[str, float]:
     """:func:`feature_probes` on ``model``'s frozen features of ``data`` (``settings.features``);
     ``blocks=b``: of the features after the first b encoder blocks, every name suffixed
     ``_block<b>`` (:func:`evaluation.metrics.block_metric_name`). With the torch probes
-    (:func:`probes_on_device`) the features stay on the model's device and are fitted there."""
+    (:func:`probes_on_device`) the features stay on the model's device and are fitted there.
+    ``features``: the trial's :class:`~evaluation.features.TrialFeatures`, whose set ``role``
+    (``model``'s) is read instead of extracted again."""
     pool, device = settings.features, _device(model)
     on_device = probes_on_device(backend, device)
-    metrics = feature_probes(
-        extract_features(model, data.train_patches, pool=pool, blocks=blocks, on_device=on_device),
-        data.train_labels.numpy(),
-        extract_features(model, data.test_patches, pool=pool, blocks=blocks, on_device=on_device),
-        data.test_labels.numpy(), split, settings, seed=seed, prefix=prefix, device=device)
+    if features is not None:
+        train_x, test_x = features.pair(role, pool=pool, blocks=blocks, on_device=on_device)
+    else:
+        train_x, test_x = (extract_features(model, patches, pool=pool, blocks=blocks, on_device=on_device)
+                           for patches in (data.train_patches, data.test_patches))
+    metrics = feature_probes(train_x, data.train_labels.numpy(), test_x, data.test_labels.numpy(), split,
+                             settings, seed=seed, prefix=prefix, device=device)
     return metrics if blocks is None else {block_metric_name(k, blocks): v for k, v in metrics.items()}
 
 
 def layer_probes(model: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
-                 seed: int, final: dict[str, float], backend: str = "auto") -> dict[str, float]:
+                 seed: int, final: dict[str, float], backend: str = "auto", features=None) -> dict[str, float]:
     """The frozen probes after each block of ``settings.probe_blocks`` (``probe_*_block<b>``):
     the same probes, choices and pooling as the final layer's, on the tokens after b blocks with
     the encoder's final norm applied. The features after ``encoder_depth`` blocks are the
@@ -346,7 +350,8 @@ def layer_probes(model: nn.Module, data: PatchData, split: ValidationSplit, sett
         if blocks == _depth(model):
             metrics.update({block_metric_name(k, blocks): v for k, v in final.items()})
         else:
-            metrics.update(frozen_probes(model, data, split, settings, seed=seed, blocks=blocks, backend=backend))
+            metrics.update(frozen_probes(model, data, split, settings, seed=seed, blocks=blocks, backend=backend,
+                                         features=features))
     return metrics
 
 
@@ -589,17 +594,22 @@ def fixed_and_tuned_finetune(model: nn.Module, data: PatchData, split: Validatio
     return {fixed: fixed_acc, best: accuracy, best.removesuffix("_acc") + "_steps": float(steps)}
 
 def baseline_metrics(fresh: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
-                     seed: int, options: dict, backend: str = "auto") -> dict[str, float]:
-    """The baselines of :func:`probe_metrics` (names in :data:`evaluation.baselines.BASELINE_PREFIXES`):
+                     seed: int, options: dict, backend: str = "auto", features=None) -> dict[str, float]:
+    """The baselines of :func:`probe_metrics` (names under the ``probes`` evaluator's ``baselines`` prefixes, :func:`evaluation.baselines.baseline_prefixes`):
     the frozen probes of ``fresh`` (:func:`random_init_model`) and of raw pixels, and, with
     ``finetune_steps > 0``, training ``fresh`` from scratch for as many updates and for the
     candidate length best on validation (:func:`tuned_finetune`), refitted on the whole training split."""
     train_y, test_y = data.train_labels.numpy(), data.test_labels.numpy()
     device = _device(fresh)
-    metrics = frozen_probes(fresh, data, split, settings, seed=seed, prefix="random_probe_", backend=backend)
-    pixels_on = device if probes_on_device(backend, device) else None
-    metrics.update(feature_probes(pixel_features(data.train_patches, pixels_on), train_y,
-                                  pixel_features(data.test_patches, pixels_on), test_y, split, settings, seed=seed,
+    metrics = frozen_probes(fresh, data, split, settings, seed=seed, prefix="random_probe_", backend=backend,
+                            features=features, role="random_init")
+    on_device = probes_on_device(backend, device)
+    if features is not None:
+        train_x, test_x = features.pair("pixels", on_device=on_device)
+    else:
+        pixels_on = device if on_device else None
+        train_x, test_x = pixel_features(data.train_patches, pixels_on), pixel_features(data.test_patches, pixels_on)
+    metrics.update(feature_probes(train_x, train_y, test_x, test_y, split, settings, seed=seed,
                                   prefix="pixel_probe_", device=device))
     if settings.finetune_steps > 0:
         metrics.update(fixed_and_tuned_finetune(fresh, data, split, settings, options,
@@ -608,7 +618,7 @@ def baseline_metrics(fresh: nn.Module, data: PatchData, split: ValidationSplit, 
 
 
 def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: int | None = None,
-                  baselines: BaselineCache | None = None, probe_backend: str = "auto",
+                  baselines: BaselineCache | None = None, probe_backend: str = "auto", features=None,
                   **overrides) -> dict[str, float]:
     """Every downstream metric of one trial (names are the MLflow metric names), with the
     settings of ``config.eval`` (``overrides`` replace some of them: ``finetune_steps=20``).
@@ -649,16 +659,21 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
     the pretrained model's runs (``finetune_best_*`` included) are never cached.
     ``probe_backend`` (:data:`PROBE_BACKENDS`): who fits the frozen probes; ``auto``: torch on
     the model's device where that is CUDA (:mod:`evaluation.torch_probes`), scikit-learn elsewhere.
+    ``features``: the trial's :class:`~evaluation.features.TrialFeatures` (of ``model``): the
+    frozen probes read its sets, shared with the trial's other evaluators, rather than extract them.
     """
     settings = EvalConfig(**{**config.eval.model_dump(), **overrides}) if overrides else config.eval
     seed = config.eval_seed if seed is None else seed
     device = _device(model)
-    fresh = random_init_model(config, device)
+    if features is not None and features.model is not model:
+        features = None  # another model's features: extracted here, as without a cache
+    fresh = features.random_init_model() if features is not None else random_init_model(config, device)
     split = validation_split(data.train_labels.numpy(), settings.val_fraction, seed)
     options = _finetune_options(settings, data, seed)
     pretrained = dict(options, layer_decay=settings.finetune_layer_decay)
-    metrics = frozen_probes(model, data, split, settings, seed=seed, backend=probe_backend)
-    metrics.update(layer_probes(model, data, split, settings, seed=seed, final=metrics, backend=probe_backend))
+    metrics = frozen_probes(model, data, split, settings, seed=seed, backend=probe_backend, features=features)
+    metrics.update(layer_probes(model, data, split, settings, seed=seed, final=metrics, backend=probe_backend,
+                                features=features))
     if settings.finetune_steps > 0:
         metrics.update(fixed_and_tuned_finetune(model, data, split, settings, pretrained,
                                                 fixed="finetune_acc", best="finetune_best_acc"))
@@ -669,7 +684,8 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
                                                                 blocks=settings.finetune_blocks, **pretrained)
 
     def compute_baselines() -> dict[str, float]:
-        return baseline_metrics(fresh, data, split, settings, seed=seed, options=options, backend=probe_backend)
+        return baseline_metrics(fresh, data, split, settings, seed=seed, options=options, backend=probe_backend,
+                                features=features)
 
     if baselines is None:
         metrics.update(compute_baselines())

@@ -12,8 +12,7 @@ from matplotlib.figure import Figure
 
 from mae_core import registry
 from mae_core.config import Config
-from mae_core.corruptions import corrupt
-from mae_core.masking import masked_positions, sample_visible
+from mae_core.masking import masked_positions
 from mae_core.patches import unpatchify
 
 from .reconstruction_grid import ReconstructionGrid, render
@@ -49,17 +48,16 @@ def reconstruction_grid(model, config: Config, patches: torch.Tensor, image_shap
     shown = x.clone()
     hidden = torch.zeros_like(x, dtype=torch.bool)  # [N,M,q]: True where the encoder saw nothing
     device = next(model.parameters()).device
-    if config.objective_spec.masked:
-        visible = sample_visible(x.shape[0], x.shape[1], config.num_visible, generator,
-                                 config.mask_sampling, config.grid)
-        pred = model(x.to(device), visible.to(device)).float().cpu()
-        hidden[masked_positions(visible, x.shape[1])] = True
+    draw = config.objective_spec.draw(x, config, generator, generator)  # as a training update draws
+    if draw.visible is not None:  # the masked encoder: the visible patches, the rest marked hidden
+        pred = model(x.to(device), draw.visible.to(device)).float().cpu()
+        hidden[masked_positions(draw.visible, x.shape[1])] = True
         middle = f"encoder input ({config.effective_mask_ratio:.0%} masked)"
     else:
-        if config.objective_spec.corrupted:
-            shown = corrupt(x, config.resolved_corruption, config.corruption_level, generator)
+        if draw.inputs is not None:  # a corrupted copy
+            shown = draw.inputs
         pred = model(shown.to(device)).float().cpu()
-        middle = "encoder input" + (f" ({config.resolved_corruption})" if config.objective_spec.corrupted else "")
+        middle = "encoder input" + (f" ({config.resolved_corruption})" if draw.inputs is not None else "")
     recon = _to_pixels(pred, x, config.target)
     hidden_pixels = _images(hidden.float(), config, image_shape).any(axis=-1)  # [N,H,W]
     return ReconstructionGrid(_images(x, config, image_shape), _images(shown, config, image_shape),

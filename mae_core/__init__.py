@@ -23,7 +23,9 @@ _EXPORTS: dict[str, str] = {
                      "masked_mse", "mean_pixel_baseline_risk", "reconstruction_mse"), "objectives"),
     **dict.fromkeys(("PatchSizeError", "patchify", "unpatchify"), "patches"),
     **dict.fromkeys(("TARGETS", "NormDomainError", "apply_target"), "targets"),
-    **dict.fromkeys(("NonFiniteError", "PatchData", "prepare_data", "train"), "train"),
+    **dict.fromkeys(("PatchData", "prepare_data"), "data"),
+    "NonFiniteError": "updates",
+    "train": "train",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -76,4 +78,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     )
     from .patches import PatchSizeError, patchify, unpatchify
     from .targets import TARGETS, NormDomainError, apply_target
-    from .train import NonFiniteError, PatchData, prepare_data, train
+    from .data import PatchData, prepare_data
+    from .train import train
+    from .updates import NonFiniteError

@@ -1,5 +1,6 @@
-"""The built-in objectives, targets, corruptions, mask samplers and file formats, registered with the same
-decorators a plugin uses (:mod:`mae_core.registry`).
+"""The built-in objectives, targets, corruptions, mask samplers and file formats, registered with
+the same decorators a plugin uses (:mod:`mae_core.registry`); the objectives are classes, in
+:mod:`mae_core.objective_classes`.
 
 Each entry is a thin wrapper over the module that does the work (targets, corruptions, masking,
 formats, folders), imported when the part is first used: the registry's names stay readable
@@ -10,16 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .registry import DatasetFormat, corruption, dataset_formats, mask_sampler, objective, target
-
-# ----------------------------------------------------------------------------- objectives
-
-# The labels are MAE Table 1d's words (and the objectives' usual abbreviations), as figures write them.
-objective("mae", masked=True, doc="masked risk: the encoder sees k visible patches, the loss the masked ones",
-          label="MAE")
-objective("ae", masked=False, doc="reconstruction risk: the bottleneck pair on every patch", label="AE")
-objective("dae", masked=False, corrupted=True, doc="denoising risk: the bottleneck pair on a corrupted copy",
-          label="DAE")
+from . import objective_classes  # noqa: F401  (registers the objectives mae, ae and dae, in that order)
+from .registry import DatasetFormat, corruption, dataset_formats, mask_sampler, target
 
 # ------------------------------------------------------------------------------ targets
 

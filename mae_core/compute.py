@@ -25,8 +25,6 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from .config import Config
-from .corruptions import corrupt
-from .masking import sample_visible
 from .objectives import masked_mse, reconstruction_mse
 from .patches import patchify
 from .precision import autocast
@@ -66,13 +64,8 @@ def representative_batch(config: Config, data, device: torch.device) -> tuple[to
     index = np.arange(config.batch_size) % len(store)
     clean = patchify(store.floats(index), data.patch_size).to(device)
     generator = torch.Generator().manual_seed(config.masks_seed)
-    if config.objective_spec.masked:
-        visible = sample_visible(config.batch_size, config.num_patches, config.num_visible, generator,
-                                 config.mask_sampling, config.grid)
-        return clean, visible.to(device)
-    if config.objective_spec.corrupted:
-        return corrupt(clean, config.resolved_corruption, config.corruption_level, generator), None
-    return clean, None
+    draw = config.objective_spec.draw(clean, config, generator, generator)  # V_t, X̃: the objective's own draw
+    return (clean if draw.inputs is None else draw.inputs), (None if draw.visible is None else draw.visible.to(device))
 
 
 def update_flops(model: nn.Module, config: Config, data) -> int:

@@ -24,6 +24,7 @@ from pydantic.fields import FieldInfo
 from . import registry
 from .compile_policy import FALLBACK_MIN_UPDATES, decide, fallback_compiles
 from .errors import UserError, first_problem, shown
+from .evaluator import validate_settings
 
 # compile="auto" decides from measured compile cost and per-update gain where one is recorded
 # (mae_core.compile_policy, issue 36), else from these run lengths. torch.compile costs 40-60 s
@@ -71,6 +72,12 @@ SEED_SOURCES = {"seed_data": "data_seed", "seed_init": "init_seed", "seed_masks"
                 "seed_eval": "eval_seed"}
 
 
+def listable_evaluators() -> list[str]:
+    """The evaluators ``eval.evaluators`` may name: every registered one but those that run during
+    training (``online``), which ``eval.every`` switches on instead."""
+    return [name for name in registry.evaluators.names() if not registry.evaluators.get(name).during_training]
+
+
 class EvalConfig(BaseModel):
     """How a trained encoder is evaluated downstream: the probes' and fine-tuning's settings.
 
@@ -78,7 +85,9 @@ class EvalConfig(BaseModel):
     different probe settings never look alike in MLflow.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # extra="allow" only for the evaluators' own keys, ``eval.<name>.<key>``: every other key
+    # unknown to the fields below is refused by _evaluator_settings (one line naming it).
+    model_config = ConfigDict(extra="allow", frozen=True, validate_default=True)
 
     fewshot: int = Field(8, ge=1, description="labelled examples per class for the few-shot probe")
     fewshot_draws: int = Field(5, ge=1, description="seeded draws of those examples, averaged")
@@ -171,6 +180,50 @@ class EvalConfig(BaseModel):
                                               "metric is their mean, <metric>_sd their standard deviation "
                                               "(logged when repeats > 1)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _evaluator_settings(cls, data: Any) -> Any:
+        """``eval.<name>.<key>`` (CLI: the key ``<name>.<key>`` here; YAML: ``<name>: {key: ...}``)
+        -> validated by evaluator ``name``'s ``Settings`` (:mod:`mae_core.evaluator`) and kept as
+        ``<name>: {key: value}``; for a built-in whose keys predate it (``flat_keys``), an alias
+        of ``eval.<key>``. Any other key unknown to the fields is refused, naming it."""
+        if not isinstance(data, dict):
+            return data
+        data, grouped = dict(data), {}
+        for key in [key for key in data if key not in cls.model_fields]:
+            value = data.pop(key)
+            name, dot, sub = str(key).partition(".")
+            if dot and name not in cls.model_fields:
+                grouped.setdefault(name, {})[sub] = value
+            elif not dot and isinstance(value, dict):
+                grouped.setdefault(name, {}).update(value)
+            else:
+                raise ValueError(_unknown_eval_key(str(key)))
+        for name, values in grouped.items():
+            if name not in registry.evaluators.names():
+                raise ValueError(_unknown_eval_key(f"{name}.{next(iter(values), '')}".rstrip(".")))
+            validate_settings(name, values)
+            if getattr(registry.evaluators.get(name).evaluator_class, "flat_keys", False):
+                for sub, value in values.items():
+                    if sub in data and str(data[sub]) != str(value):
+                        raise ValueError(f"{EVAL_PREFIX}.{name}.{sub}={shown(value)} and {EVAL_PREFIX}.{sub}="
+                                         f"{shown(data[sub])} differ: they are one key")
+                    data[sub] = value
+            elif values:
+                data[name] = values
+        return data
+
+    def evaluator_settings(self) -> dict[str, dict[str, Any]]:
+        """The ``eval.<name>.*`` keys given to evaluators with keys of their own: name -> keys."""
+        return dict(self.model_extra or {})
+
+    def flat(self) -> dict[str, Any]:
+        """Every key as ``eval.<key>`` or ``eval.<name>.<key>`` (the params a run logs)."""
+        values = {f"{EVAL_PREFIX}.{k}": v for k, v in self.model_dump().items() if k in EvalConfig.model_fields}
+        for name, keys in self.evaluator_settings().items():
+            values.update({f"{EVAL_PREFIX}.{name}.{k}": v for k, v in keys.items()})
+        return values
+
     @field_validator("evaluators", mode="before")
     @classmethod
     def _evaluator_list(cls, value: Any) -> Any:
@@ -185,9 +238,10 @@ class EvalConfig(BaseModel):
         """Registered names (built-in or a loaded plugin's), each once, at least one."""
         if not value:
             raise ValueError(f"needs at least one of {registry.evaluators.allowed()}")
-        unknown = [name for name in value if name not in registry.evaluators.names()]
+        listable = listable_evaluators()
+        unknown = [name for name in value if name not in listable]
         if unknown:
-            raise ValueError(f"{', '.join(unknown)} not one of {registry.evaluators.allowed()}")
+            raise ValueError(f"{', '.join(unknown)} not one of {', '.join(listable)}")
         if len(set(value)) != len(value):
             raise ValueError("lists an evaluator twice")
         return value
@@ -270,6 +324,11 @@ class EvalConfig(BaseModel):
         cap = self.resolved_scratch_max_steps
         every = self.scratch_eval_every if self.scratch_eval_every is not None else max(1, self.finetune_steps // 2)
         return tuple(sorted({*range(every, cap + 1, every), cap}))
+
+
+def _unknown_eval_key(key: str) -> str:
+    known = ", ".join(f"{EVAL_PREFIX}.{name}" for name in sorted(EvalConfig.model_fields))
+    return f"unknown key {shown(f'{EVAL_PREFIX}.{key}')}; known keys: {known}"
 
 
 def nest_eval_keys(keys: dict[str, Any]) -> dict[str, Any]:
@@ -631,7 +690,7 @@ class Config(BaseModel):
         """Every key with defaults resolved, plus the derived quantities a reader needs."""
         values = self.model_dump(exclude={EVAL_PREFIX})
         values.update(self.resolved_seeds())  # logged as used: seed_eval=3, never None
-        values.update({f"{EVAL_PREFIX}.{k}": v for k, v in self.eval.model_dump().items()})
+        values.update(self.eval.flat())
         values.update(
             patch_size=self.resolved_patch_size,
             corruption=self.resolved_corruption,
@@ -687,6 +746,10 @@ def config_keys() -> list[ConfigKey]:
     """Every key of :class:`Config` in declaration order, then the ``eval.*`` keys of :class:`EvalConfig`."""
     keys = [_config_key(name, field) for name, field in Config.model_fields.items() if name != EVAL_PREFIX]
     keys += [_config_key(f"{EVAL_PREFIX}.{name}", field) for name, field in EvalConfig.model_fields.items()]
+    for name in registry.evaluators.names():  # the keys of evaluators with settings of their own
+        entry = registry.evaluators.get(name)
+        if entry.settings is not None and not getattr(entry.evaluator_class, "flat_keys", False):
+            keys += [_config_key(f"{EVAL_PREFIX}.{name}.{key}", field) for key, field in entry.settings.model_fields.items()]
     return keys
 
 
@@ -709,7 +772,7 @@ def allowed_values(field: FieldInfo) -> str:
     ``integer ≥ 1 | null``, ``auto | true | false``."""
     words: list[str] = []
     if _registry_of(field) is not None and typing.get_origin(field.annotation) is tuple:  # eval.evaluators
-        return "a list of " + ", ".join(_choices(field).names())
+        return "a list of " + ", ".join(listable_evaluators())
     if _registry_of(field) is not None:  # a registry's names: built-in, then any plugin's
         words += list(_choices(field).names())
     for member in _union_members(field.annotation):

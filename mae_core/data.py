@@ -51,7 +51,9 @@ import torch
 from . import registry
 from .formats import DataError, Splits
 from .images import BYTE_VALUES, SIXTEENTHS, ImageStore
+from .labels import require_two_classes
 from .named_datasets import NAMED, locate
+from .patches import patchify
 
 BUILTIN_DATASETS: tuple[str, ...] = ("digits", "shapes", "photos")
 # The file formats (``kind:PATH``) are the registry's (:mod:`mae_core.registry`, built-ins in
@@ -517,4 +519,78 @@ def _sample_crops(photo: np.ndarray, corners: np.ndarray, n: int, rng: np.random
             return np.stack(kept[:n]), np.stack(at[:n])
     raise DataError(f"photo {name!r} yields too few non-constant 32x32 crops")
 
+
+# ------------------------------------------------------------------- a trial's data
+
+
+@dataclass(frozen=True)
+class PatchData:
+    """A dataset on the trial's patch grid. The images stay as stored (:class:`ImageStore`:
+    uint8 where the data are bytes, on disk above the RAM ceiling); pretraining converts them a
+    batch at a time, and ``train_patches``/``test_patches`` (float32 ``[N,M,q]``, what the
+    evaluation reads) are made on first read and kept. ``pretrain_images`` are the images the
+    training loop samples when they are not the labelled training split (STL-10's unlabelled
+    set)."""
+
+    train_images: ImageStore
+    train_labels: torch.Tensor
+    test_images: ImageStore
+    test_labels: torch.Tensor
+    image_shape: tuple[int, int, int]
+    patch_size: int
+    # test images byte-equal to a training image, among the images used (logged every trial)
+    train_test_duplicates: int = 0
+    pretrain_images: ImageStore | None = None
+
+    @functools.cached_property  # a frozen dataclass still has the __dict__ this writes to
+    def train_patches(self) -> torch.Tensor:
+        """The labelled training split as float32 patches [N,M,q]."""
+        return patchify(self.train_images.floats(), self.patch_size)
+
+    @functools.cached_property
+    def test_patches(self) -> torch.Tensor:
+        """The test split as float32 patches [N,M,q]."""
+        return patchify(self.test_images.floats(), self.patch_size)
+
+    @property
+    def pretraining(self) -> ImageStore:
+        """The images ``I_t`` is drawn from."""
+        return self.pretrain_images if self.pretrain_images is not None else self.train_images
+
+
+def prepare_data(config) -> PatchData:
+    """Load and limit the dataset of ``config`` (a :class:`~mae_core.config.Config`; not imported
+    here, as the config imports this module), the images as stored, nothing converted yet; refuse
+    ``target=norm`` outside ``D_norm`` (checked a chunk at a time)."""
+    dataset = load_dataset(config.dataset, seed=config.data_seed, ram_mb=config.data_ram_mb)
+    p = config.resolved_patch_size
+    limit = slice(None, config.train_limit)
+    train_images, test_images = dataset.train[limit], dataset.test[: config.test_limit]
+    pretrain_images = dataset.unlabelled[limit] if dataset.unlabelled is not None else None
+    also = [pretrain_images] if pretrain_images is not None else []
+    duplicates = dataset.train_test_duplicates
+    if duplicates and (config.train_limit is not None or config.test_limit is not None):
+        duplicates = count_split_duplicates(train_images, test_images, also=also)  # among the images kept
+    if "probes" in config.eval.evaluators:  # one class: a perfect, meaningless probe accuracy
+        cut = config.train_limit is not None and config.train_limit < len(dataset.train_labels)
+        kept = f" (its first {config.train_limit} images, train_limit)" if cut else ""
+        require_two_classes(dataset.train_labels[limit], f"the training split{kept} of dataset={config.dataset}")
+    for images, split in ((train_images, "training set"), (pretrain_images, "unlabelled set"),
+                          (test_images, "test set")):
+        if images is not None:
+            require_target_domain(images, p, config.target, what=f"the {split} of dataset={config.dataset}")
+    return PatchData(
+        train_images=train_images, train_labels=dataset.train_labels[: config.train_limit],
+        test_images=test_images, test_labels=dataset.test_labels[: config.test_limit],
+        image_shape=dataset.image_shape, patch_size=p, train_test_duplicates=duplicates,
+        pretrain_images=pretrain_images,
+    )
+
+
+def require_target_domain(images: ImageStore, patch_size: int, kind: str, what: str) -> None:
+    """The target's domain check (``norm``: every patch in ``D_norm``) over a store, read a
+    chunk at a time; a target without one accepts any images."""
+    check = registry.targets.get(kind).domain_check
+    if check is not None:
+        check((patchify(torch.from_numpy(images.to_float(stored)), patch_size) for _, stored in images.chunks()), what)
 

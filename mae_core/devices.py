@@ -25,3 +25,13 @@ def pin_if_cuda(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor`` in pinned host memory when CUDA is available (an asynchronous copy to the GPU
     reads it), else itself: pinning on a CPU-only machine raises."""
     return tensor.pin_memory() if torch.cuda.is_available() else tensor
+
+
+def resolve_device(choice: str) -> torch.device:
+    """The ``device`` key resolved: ``auto`` is CUDA where there is one, else the CPU."""
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device=cuda but no CUDA device is available; use device=auto or cpu")
+    return torch.device(choice)
+

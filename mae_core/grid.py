@@ -30,7 +30,7 @@ def config_defaults() -> dict[str, Any]:
     """Every config key's declared default (``eval.*`` keys flattened), unresolved."""
     config = Config()
     values = config.model_dump(exclude={EVAL_PREFIX})
-    values.update({f"{EVAL_PREFIX}.{k}": v for k, v in config.eval.model_dump().items()})
+    values.update(config.eval.flat())
     return values
 
 

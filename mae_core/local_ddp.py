@@ -25,7 +25,8 @@ def free_port() -> int:
 def _worker(rank: int, world_size: int, port: int, config_keys: dict[str, Any], out: str,
             train_kwargs: dict[str, Any]) -> None:
     from .config import Config
-    from .train import prepare_data, train
+    from .data import prepare_data
+    from .train import train
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
     try:

@@ -18,18 +18,19 @@ as the built-ins do (:mod:`mae_core.builtin_parts`). The public contract (shapes
   ``dataset=kind:PATH`` then works like a built-in format.
 * ``@mask_sampler(name)`` on ``fn(batch_size, num_patches, num_visible, grid, generator)
   -> LongTensor[B,k]``: k distinct positions per image (sorted by the caller).
-* ``objective(name, masked=..., corrupted=..., doc=...)`` declares an objective by what its
-  updates draw: ``masked`` trains the visible-only MAE on ``k`` patches of ``V_t`` and is judged
-  by the masked risk; otherwise the bottleneck pair sees all ``M`` patches and is judged by the
-  reconstruction risk; ``corrupted`` feeds the encoder a corrupted copy (``corruption=``, judged
-  by the denoising risk as well). The trainer, the model, the risks, the pictures, the config's
-  rules and the run names read these two answers, never the objective's name.
+* ``@objective(name, label=...)`` on a subclass of :class:`Objective` (or of a built-in,
+  :mod:`mae_core.objective_classes`): the class owns its draws (``draw`` -> ``Draw(visible,
+  inputs)``), its loss (``loss``) and its risks (``risk_names``, ``risks``); ``masked`` and
+  ``corrupted`` say which model it trains and which config keys apply. The flag form
+  ``objective(name, masked=..., corrupted=...)`` still declares a built-in kind under a new name.
 * ``@encoder(name)`` on ``factory(config, num_patches, patch_dim) -> Encoder`` (the protocol and
   its shapes: :mod:`mae_core.encoders`, re-exported here); ``encoder=name`` then builds it.
 * ``@evaluator(name, metrics=[Metric(...)])`` on ``fn(model, config, data, *, baselines) ->
   dict[str, float]``: what a trained model is measured by, run when ``eval.evaluators`` lists
   it (default ``risks,probes``, the built-ins of :mod:`evaluation.evaluators`); its ``Metric``
   rows (:mod:`evaluation.metrics`) join the metric table every report reads.
+  ``@register_evaluator`` (:mod:`mae_core.evaluator`) on an ``Evaluator`` subclass does the
+  same for a class with typed ``eval.<name>.*`` settings and baselines.
 
 This module imports no torch, so the config can list every name without it.
 """
@@ -135,21 +136,61 @@ def _ensure_builtins(module: str = _BUILTINS) -> None:
 # ------------------------------------------------------------------------------ entries
 
 
-@dataclass(frozen=True)
 class Objective:
-    """What an objective is, as everything downstream reads it (spec: the MAE's masked risk, the
-    AE's reconstruction risk, the DAE's denoising risk)."""
+    """An objective as a class (solo-learn's methods): what its updates draw beside ``I_t``
+    (:meth:`draw`), its loss ``L_t`` (:meth:`loss`) and the test risks it is judged by
+    (:meth:`risk_names`, :meth:`risks`). The built-ins, MAE, AE and DAE, are in
+    :mod:`mae_core.objective_classes`; a plugin subclasses one of them (or this) and registers
+    it with ``@objective(name, label=...)``.
 
-    name: str
-    masked: bool  # the encoder sees the k visible patches of V_t; False: all M patches
+    ``masked`` and ``corrupted`` say which model the objective trains and which config keys apply:
+    ``masked`` the visible-only MAE on the ``k`` patches of ``V_t`` (``mask_ratio``,
+    ``mask_token_in_encoder``), otherwise the bottleneck pair on all ``M`` patches
+    (``latent_dim``); ``corrupted`` takes a ``corruption=``."""
+
+    masked: bool = False  # the encoder sees the k visible patches of V_t; False: all M patches
     corrupted: bool = False  # the encoder's input is a corrupted copy X̃ (a corruption is required)
-    doc: str = ""
-    label: str = ""  # how figures and tables write ``objective=name`` ("MAE"); empty: the name
+    # True when the draw reads the images (a corruption): every rank draws the global batch's
+    reads_images: bool = False
+    # why the draws cannot be made ahead into fixed buffers (capturable, CUDA graphs); None: they can
+    capture_blocker: str | None = None
+
+    def __init__(self, name: str, *, label: str = "", doc: str = ""):
+        self.name, self.label, self.doc = name, label, doc
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, label={self.label!r})"
+
+    @property
+    def function(self) -> type:
+        """The class: what the registry compares when a module registers the name again."""
+        return type(self)
 
     def risk_names(self) -> tuple[str, ...]:
-        """The test risks a trial of this objective logs (evaluation.risks)."""
-        return (("test_mae_risk", "test_allvisible_rec_risk") if self.masked else ("test_rec_risk",)) + \
-            (("test_den_risk",) if self.corrupted else ())
+        """The test risks a trial of this objective logs (:meth:`risks`)."""
+        raise NotImplementedError
+
+    def draw(self, clean, config, sampler, noise, batch_size=None):
+        """What update t draws beside ``I_t`` for a batch of ``batch_size`` images (None: the
+        ``B`` of ``clean [B,M,q]``, which is the global batch when :attr:`reads_images`), from
+        ``sampler`` or ``noise`` (:meth:`noise_generator`): a :class:`~mae_core.objective_classes.Draw`."""
+        raise NotImplementedError
+
+    def draw_ahead(self, config, sampler, batch_size):
+        """:meth:`draw` without the images, as the capturable loop draws it ahead."""
+        raise NotImplementedError(f"objective={self.name} {self.capture_blocker or 'draws nothing ahead'}")
+
+    def loss(self, predict, clean, target, draw):
+        """``L_t``, a 0-d tensor; ``predict(*inputs)`` is the model's forward pass in fp32."""
+        raise NotImplementedError
+
+    def noise_generator(self, config, device, sampler):
+        """The generator of the draws that are not the sampler's (the DAE's off the CPU)."""
+        return sampler
+
+    def risks(self, model, config, test) -> dict[str, float]:
+        """The risks of :meth:`risk_names` of ``model`` on ``test [N,M,q]`` (on its device)."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -207,15 +248,24 @@ class DatasetFormat:
 class Evaluator:
     """What a trial measures once it is trained: ``function(model, config, data, *, baselines)
     -> {metric name: value}`` (``model`` in eval mode on the trial's device, ``data`` its
-    :class:`~mae_core.train.PatchData`, ``baselines`` the study's shared baseline cache or None).
+    :class:`~mae_core.data.PatchData`, ``baselines`` the study's shared baseline cache or None).
     ``metrics``: the rows it logs (:class:`evaluation.metrics.Metric`: name, kind, label, unit,
     direction, ...), which the report, tables and claims read like the built-in ones; a
     trial fails on a metric its evaluator did not declare."""
 
     name: str
-    function: Callable
+    function: Callable  # a class-based evaluator's entry: its class (mae_core.evaluator)
     metrics: tuple = ()
     doc: str = ""
+    # @register_evaluator's: the mae_core.evaluator.Evaluator subclass and its pydantic Settings
+    # (the eval.<name>.* keys); None for an @evaluator function, which has no keys of its own
+    evaluator_class: type | None = None
+    settings: type | None = None
+
+    @property
+    def during_training(self) -> bool:
+        """Runs while the model trains (``online``), never listed in ``eval.evaluators``."""
+        return bool(getattr(self.evaluator_class, "during_training", False))
 
 
 objectives: Registry[Objective] = Registry("objective")
@@ -233,14 +283,28 @@ evaluators: Registry[Evaluator] = Registry("eval.evaluators", builtins="evaluati
 # --------------------------------------------------------------------------- decorators
 
 
-def objective(name: str, *, masked: bool, corrupted: bool = False, doc: str = "", label: str = "") -> Objective:
-    """Declare ``objective=name``: ``masked`` (the MAE's visible-only encoder and masked risk) or
-    not (the bottleneck pair on all patches), and ``corrupted`` (a DAE's corrupted input). Not
-    both: no risk of the spec judges a masked model on corrupted inputs. ``label``: how figures
-    and tables write it (empty: the name)."""
+def objective(name: str, *, masked: bool | None = None, corrupted: bool = False, doc: str = "",
+              label: str = ""):
+    """Declare ``objective=name``. As a class decorator, ``@objective(name, label=...)`` on a
+    subclass of :class:`Objective` registers an instance of it (``label``: how figures and tables
+    write it; empty: the name; ``doc``: its docstring when empty).
+
+    The flag form of before issue 37, ``objective(name, masked=..., corrupted=...)``, still
+    declares one of the three built-in kinds under a new name: ``masked`` the MAE, ``corrupted``
+    the DAE, neither the AE. Not both: no risk of the spec judges a masked model on corrupted
+    inputs."""
+    if masked is None:
+        def register(cls: type) -> type:
+            if not (isinstance(cls, type) and issubclass(cls, Objective)):
+                raise UserError(f"objective {name!r}: @objective decorates a subclass of "
+                                f"mae_core.registry.Objective, not {cls!r}")
+            objectives.register(name, cls(name, label=label, doc=doc or (cls.__doc__ or "").strip()), cls)
+            return cls
+        return register
     if masked and corrupted:
         raise UserError(f"objective {name!r}: masked or corrupted, not both (no risk of the spec covers both)")
-    return objectives.register(name, Objective(name, bool(masked), bool(corrupted), doc, label))
+    kind = type(objectives.get("mae" if masked else "dae" if corrupted else "ae"))
+    return objectives.register(name, kind(name, label=label, doc=doc))
 
 
 def target(name: str, out_dim: int | None = None, *, inverse: Callable | None = None,

@@ -51,7 +51,7 @@ def run_rank(request: TrialRequest, shard: Shard) -> None:
     import torch
 
     from mae_core.plugins import load_plugins
-    from mae_core.train import NonFiniteError
+    from mae_core.updates import NonFiniteError
 
     from .trial_request import run_request
 

@@ -28,7 +28,7 @@ from mlflow.tracking import MlflowClient
 
 from mae_core.config import Config
 from mae_core.errors import UserError
-from mae_core.train import changed_keys, load_latest_checkpoint
+from mae_core.checkpoint import changed_keys, load_latest_checkpoint
 
 from . import tracking
 

@@ -30,7 +30,7 @@ from mae_core.config import Config
 from mae_core.images import ImageStore
 from mae_core.models import feature_encoder
 from mae_core.patches import patchify
-from mae_core.train import PatchData
+from mae_core.data import PatchData
 
 from . import tracking
 

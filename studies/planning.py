@@ -12,7 +12,7 @@ from typing import Any
 
 from mae_core.config import SEED_SOURCES, Config
 from mae_core.errors import UserError, clipped
-from mae_core.train import prepare_data
+from mae_core.data import prepare_data
 
 from . import tracking
 from .search import SearchSpec

@@ -65,7 +65,9 @@ import torch
 from evaluation.online import READS as ONLINE_READS
 from mae_core.config import EVAL_PREFIX, SEED_SOURCES, Config
 from mae_core.images import ImageStore
-from mae_core.train import PatchData, learning_rate, resolve_device
+from mae_core.data import PatchData
+from mae_core.devices import resolve_device
+from mae_core.optimizer import learning_rate
 
 FORMAT = 1  # the file's layout
 PRETRAINED_DIR = "pretrained"  # in the study's output folder, beside baselines/

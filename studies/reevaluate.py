@@ -184,7 +184,8 @@ def plan_evaluation(client: MlflowClient, experiment: str, tracking_uri: str, fo
                     study: str | None, run_id: str | None, smoke: bool, overrides: dict[str, Any]) -> Plan:
     """Every check before a run is created: the runs, their checkpoints (downloaded into
     ``folder``), their configs with ``overrides`` and their data (loaded once each)."""
-    from mae_core.train import CheckpointError, load_checkpoint, prepare_data
+    from mae_core.checkpoint import CheckpointError, load_checkpoint
+    from mae_core.data import prepare_data
 
     experiment_id = client.get_experiment_by_name(experiment)
     if experiment_id is None:
@@ -219,7 +220,7 @@ def plan_evaluation(client: MlflowClient, experiment: str, tracking_uri: str, fo
 
 
 def _data_key(config: Config) -> tuple:
-    """What :func:`mae_core.train.prepare_data` reads (as studies.runner.check_data keys it)."""
+    """What :func:`mae_core.data.prepare_data` reads (as studies.runner.check_data keys it)."""
     return (config.dataset, config.data_seed, config.target, config.train_limit, config.test_limit,
             config.resolved_patch_size, config.data_ram_mb)
 
@@ -257,7 +258,9 @@ def run_evaluation(plan: Plan, client: MlflowClient, *, tracking_uri: str, exper
     from evaluation import evaluate_trial
     from evaluation.baselines import BaselineCache
     from mae_core.models import build_model
-    from mae_core.train import load_checkpoint, prepare_data, resolve_device
+    from mae_core.checkpoint import load_checkpoint
+    from mae_core.data import prepare_data
+    from mae_core.devices import resolve_device
 
     from . import lifecycle, logged
     from .trial import BASELINES_TAG, _log_reconstructions

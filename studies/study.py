@@ -32,10 +32,17 @@ STUDY_DEFAULTS = {"risk_exact_budget": 500, "risk_mc_masks": 64}
 # Applied on top of a study in --smoke mode: seconds on two cores, every code path exercised.
 SMOKE = {"steps": 30, "train_limit": 256, "test_limit": 48, "log_every": 10,
          "checkpoint_every": 10, "risk_exact_budget": 200, "risk_mc_masks": 4}
-# Smoke evaluation: one candidate per probe choice and one few-shot draw (the choice code still
-# runs on the validation split, without the grid's dozens of logistic-regression fits); a
-# study's own eval keys win over these.
-SMOKE_EVAL = {"eval.linear_cs": "1.0", "eval.knn_ks": "5", "eval.fewshot_draws": 1}
+
+
+def smoke_eval() -> dict[str, Any]:
+    """The smoke evaluation: each registered evaluator's ``smoke`` settings as ``eval.*`` keys
+    (:func:`mae_core.evaluator.smoke_keys`; the probes': one candidate per choice, one few-shot
+    draw); a study's own eval keys win over these."""
+    from mae_core.evaluator import smoke_keys
+
+    return smoke_keys()
+
+
 SMOKE_FINETUNE_STEPS = 20  # a study that fine-tunes does so for at most this many steps in smoke mode
 
 
@@ -141,14 +148,14 @@ class Study:
 
     def smoke(self) -> Study:
         """This study in smoke mode, resolved once, here: the smoke grid (``smoke_axes``,
-        ``smoke_zipped``) and two seeds; the smoke evaluation (:data:`SMOKE_EVAL`) under the
+        ``smoke_zipped``) and two seeds; the smoke evaluation (:func:`smoke_eval`) under the
         study's keys, fine-tuning shortened to :data:`SMOKE_FINETUNE_STEPS`; and :data:`SMOKE`
         then the study's ``smoke:`` keys over everything but the command line's. Every method
         of the result answers for the smoke run; nothing downstream asks whether it is one."""
         if self.is_smoke:
             return self
         return replace(
-            self, base={**SMOKE_EVAL, **self.base}, axes=dict(self.smoke_axes or self.axes), smoke_axes=None,
+            self, base={**smoke_eval(), **self.base}, axes=dict(self.smoke_axes or self.axes), smoke_axes=None,
             zipped=self.smoke_zipped if self.smoke_zipped is not None else self.zipped, smoke_zipped=None,
             seeds=self.seeds[:2], evaluation=self._smoke_evaluation(), is_smoke=True)
 

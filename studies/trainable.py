@@ -71,7 +71,8 @@ def trainable(trial_config: dict[str, Any], *, base: dict[str, Any], study_name:
     from ray import tune
 
     from mae_core.plugins import load_from_environment, load_plugins
-    from mae_core.train import NonFiniteError, resolve_device
+    from mae_core.devices import resolve_device
+    from mae_core.updates import NonFiniteError
 
     from .trial_request import run_request
 

@@ -24,12 +24,15 @@ from evaluation.reconstructions import can_draw, reconstruction_grid
 from mae_core.config import Config
 from evaluation import evaluate_trial
 from evaluation.baselines import BaselineCache
-from evaluation.online import METRIC_NAMES as ONLINE_METRICS, OnlineEvaluation
+from evaluation.online import METRIC_NAMES as ONLINE_METRICS
 from mae_core.compute import compute_metrics
 from mae_core.distributed import Shard
 from mae_core.models import build_model, config_variant_name
-from mae_core.train import (NonFiniteError, PatchData, TrainResult, hold_for_tests, load_latest_checkpoint,
-                            resolve_device, train)
+from mae_core.checkpoint import load_latest_checkpoint
+from mae_core.data import PatchData
+from mae_core.devices import resolve_device
+from mae_core.train import hold_for_tests, train, TrainResult
+from mae_core.updates import NonFiniteError
 
 from . import lifecycle, logged, pretrained as shared, tracking
 from .interrupts import Interruption
@@ -203,18 +206,29 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
     return metrics, train_seconds
 
 
+def during_training(config: Config) -> list:
+    """The registered evaluators that run while the model trains (``online``: every
+    ``eval.every`` updates), with ``config``'s settings, those that are on."""
+    from mae_core.registry import evaluators
+
+    chosen = [evaluators.get(name).evaluator_class.from_config(config) for name in evaluators.names()
+              if evaluators.get(name).during_training]
+    return [evaluator for evaluator in chosen if evaluator.active()]
+
+
 def _online_evaluation(client: MlflowClient, run_id: str, config: Config,
                        data: PatchData) -> Callable[[int, object], None] | None:
     """``eval.every > 0``: the training loop's ``on_evaluate``, which logs the online metrics
     (:mod:`evaluation.online`) at step = update, skipping a step a resumed run logged already."""
     if config.eval.every <= 0:
         return None
-    online = OnlineEvaluation(config, data)
+    measures = [evaluator.during(config, data) for evaluator in during_training(config)]
     already = tracking.logged_steps(client, run_id, ONLINE_METRICS[0])
 
     def on_evaluate(step: int, model) -> None:
         if step not in already:
-            tracking.log_metrics(client, run_id, online(model), step, int(time.time() * 1000))
+            metrics = {name: value for measure in measures for name, value in measure(model).items()}
+            tracking.log_metrics(client, run_id, metrics, step, int(time.time() * 1000))
 
     return on_evaluate
 

@@ -66,7 +66,8 @@ def run_request(request: TrialRequest, data=None, *, shard: Shard = Shard(),
     (:func:`studies.trial.pretraining_decided`).
     """
     from evaluation.baselines import BaselineCache
-    from mae_core.train import prepare_data, train
+    from mae_core.data import prepare_data
+    from mae_core.train import train
 
     from .pretrained import PretrainedCache
     from .trial import pretraining_decided, run_trial

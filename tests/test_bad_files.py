@@ -335,10 +335,10 @@ def test_train_resume_names_a_damaged_checkpoint(damage, tmp_path, capsys):
     import torch
 
     from studies.cli import resolve_config
-    from studies.study import SMOKE, SMOKE_EVAL
+    from studies.study import SMOKE, smoke_eval
     from studies.trial import trial_run_name
 
-    config = resolve_config(None, [], smoke={**SMOKE_EVAL, **SMOKE})
+    config = resolve_config(None, [], smoke={**smoke_eval(), **SMOKE})
     path = tmp_path / "out" / "checkpoints" / f"{trial_run_name(config, prefix='smoke-')}.pt"
     path.parent.mkdir(parents=True)
     torch.save({"step": 3, "model": {}, "config": {}} if damage == "truncated" else [1, 2, 3], path)

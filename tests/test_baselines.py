@@ -8,7 +8,8 @@ import torch
 
 from evaluation.baselines import BaselineCache, baseline_key, is_baseline_metric
 from evaluation.probes import probe_metrics, random_init_model
-from mae_core.train import prepare_data, train
+from mae_core.data import prepare_data
+from mae_core.train import train
 
 from conftest import tiny_config
 

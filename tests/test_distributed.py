@@ -6,7 +6,7 @@ import torch
 
 from conftest import tiny_config
 from mae_core import build_model, masked_mse, prepare_data, sample_visible, train
-from mae_core.train import load_checkpoint
+from mae_core.checkpoint import load_checkpoint
 from mae_core.distributed import Shard, local_batch_size
 from mae_core.local_ddp import train_on_processes
 

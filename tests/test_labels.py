@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from analysis.labels import PART_REGISTRIES, VALUE_LABELS, baseline_rows, table_columns, value_text
-from analysis.report import probe_panels
+from analysis.report_figures import probe_panels
 from evaluation.metrics import Metric
 from mae_core.registry import corruption, evaluator, objective
 

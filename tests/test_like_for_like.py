@@ -12,7 +12,7 @@ from evaluation.baselines import is_baseline_metric
 from evaluation.probes import finetune_accuracy, probe_metrics, random_init_model, validation_split
 from mae_core import Config, build_model, prepare_data
 
-# Tiny data and steps; the probes' grids as in a smoke study (studies.study.SMOKE_EVAL).
+# Tiny data and steps; the probes' grids as in a smoke study (the probes evaluator's smoke settings, studies.study.smoke_eval).
 TINY = dict(dataset="digits", encoder_width=16, encoder_depth=1, encoder_heads=2, decoder_width=8,
             decoder_depth=1, decoder_heads=2, train_limit=100, test_limit=60, device="cpu",
             **{"eval.linear_cs": "1.0", "eval.knn_ks": "5", "eval.fewshot_draws": 1,

@@ -12,7 +12,8 @@ from mlflow.tracking import MlflowClient
 from conftest import tiny_config
 from evaluation.online import OnlineEvaluation
 from mae_core.config import Config
-from mae_core.train import prepare_data, train
+from mae_core.data import prepare_data
+from mae_core.train import train
 from studies import pretrained
 from studies.cli import main
 from studies.reevaluate import EvaluateError, eval_overrides

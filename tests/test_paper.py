@@ -29,7 +29,8 @@ from PIL import Image
 from analysis import figures, paper_table
 from analysis.frame import ReportError, load_runs, load_study_info
 from analysis.paper import parse_sources, write_paper
-from analysis.report import study_reference, write_report
+from analysis.findings import study_reference
+from analysis.report import write_report
 from analysis.trials_file import load_trials
 from evaluation import reconstruction_grid
 from mae_core import Config

@@ -21,7 +21,8 @@ from mae_core.labels import MAX_CLASSES, LabelError
 from mae_core.masking import sample_visible
 from mae_core.plugin_checks import PluginResultError
 from mae_core.targets import apply_target
-from mae_core.train import batch_target, prepare_data
+from mae_core.data import prepare_data
+from mae_core.updates import batch_target
 from studies.cli import main
 
 # digits, patch 2: M=16 patches of q=4 values; a one-block model, a few updates

@@ -171,7 +171,7 @@ def test_an_evaluator_runs_when_listed_and_a_metric_it_did_not_declare_fails_the
     from evaluation.metrics import Metric
     from mae_core import build_model
     from mae_core.config import ConfigError
-    from mae_core.train import prepare_data
+    from mae_core.data import prepare_data
 
     row = Metric("test_patch_count", "bookkeeping", "patches per image", "patches per image", "patches", False)
 

@@ -13,7 +13,8 @@ from conftest import tiny_config
 from mlflow.tracking import MlflowClient
 
 from mae_core import build_model
-from mae_core.train import prepare_data, train
+from mae_core.data import prepare_data
+from mae_core.train import train
 from studies.pretrained import (PretrainedCache, prefix_lengths, pretraining_key, read_encoder, read_from_longer,
                                 reserved_prefixes)
 

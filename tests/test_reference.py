@@ -108,7 +108,7 @@ def test_a_zipped_group_matches_only_whole_rows():
 def test_the_report_finds_the_default_reference_of_a_zipped_grid():
     import pandas as pd
 
-    from analysis.report import study_reference
+    from analysis.findings import study_reference
 
     info = {"grid": {"decoder_depth": [1, 2], "seed": [0]},
             "zip": [{"encoder_width": [32, 64], "encoder_heads": [2, 4]}]}

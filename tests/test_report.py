@@ -473,7 +473,7 @@ def test_a_smoke_report_claims_no_correlation_and_says_so(tmp_path):
 
 
 def test_augmented_trials_are_marked_outside_the_procedure():
-    from analysis.report import outside_procedure_note
+    from analysis.sections import outside_procedure_note
 
     assert outside_procedure_note(pd.DataFrame({"augment": ["none", "none"]})) == ""
     assert outside_procedure_note(pd.DataFrame({"mask_ratio": [0.5]})) == ""  # a store from before the key
@@ -568,7 +568,7 @@ def _online_store(folder) -> str:
 
 
 def test_online_curves_one_panel_per_metric_one_line_per_cell(tmp_path):
-    from analysis.report import load_online
+    from analysis.report_figures import load_online
 
     uri = _online_store(tmp_path)
     frame = load_runs(uri, "online")
@@ -593,3 +593,24 @@ def test_the_report_draws_online_curves_only_when_a_run_logged_them(tmp_path, re
     assert {"fig_online.png", "fig_online_column.png"} <= names
     assert "Online evaluation" in index.read_text(encoding="utf-8")
     assert not any(p.name.startswith("fig_online") for p in report.parent.iterdir())  # no histories: no figure
+
+
+def test_a_new_section_is_one_class_whose_part_and_file_reach_the_page(store, tmp_path):
+    """A section computes, writes its files and returns its parts: one class in the list, and
+    its part sits on the page in its place, its file linked under Files."""
+    from analysis.page import Part
+    from analysis.sections import SECTIONS, ReportContext
+
+    class Seeds:
+        def parts(self, context: ReportContext) -> list[Part]:
+            path = context.out / "seeds.txt"
+            path.write_text(" ".join(map(str, sorted(context.frame["seed"].unique()))))
+            context.wrote(path)
+            return [Part(f"<h2>Seeds</h2><p id='seeds'>{path.read_text()}</p>")]
+
+    files = SECTIONS[-1]
+    index = write_report("mask_ratio", store, tmp_path, formats=("png",), sections=[*SECTIONS[:-1], Seeds(), files])
+    html = index.read_text(encoding="utf-8")
+    assert "<p id='seeds'>0 1</p>" in html and '<a href="seeds.txt">' in html
+    assert html.index("<h2>Every metric by cell</h2>") < html.index("<h2>Seeds</h2>") < html.index("<h2>Files</h2>")
+    assert (tmp_path / "seeds.txt").read_text() == "0 1"

@@ -14,7 +14,9 @@ from evaluation import evaluate_trial
 from evaluation.metrics import METRICS
 from mae_core.config import Config, ConfigError
 from mae_core.models import build_model
-from mae_core.train import changed_keys, prepare_data, train
+from mae_core.checkpoint import changed_keys
+from mae_core.data import prepare_data
+from mae_core.train import train
 from studies.pretrained import pretraining_config
 
 SOURCES = ("seed_data", "seed_init", "seed_masks", "seed_eval")

@@ -17,7 +17,7 @@ from evaluation.probes import (_linear_path, extract_features, frozen_probes, kn
                                random_init_model, validation_split)
 from mae_core import Config
 from mae_core.config import EvalConfig
-from mae_core.train import prepare_data
+from mae_core.data import prepare_data
 
 HALF_A_POINT = 0.005
 

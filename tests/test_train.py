@@ -20,8 +20,10 @@ from mae_core import (
     sample_visible,
     train,
 )
-from mae_core.train import load_latest_checkpoint, learning_rate
+from mae_core.checkpoint import load_latest_checkpoint
+from mae_core.optimizer import learning_rate
 
+updates = importlib.import_module("mae_core.updates")
 train_module = importlib.import_module("mae_core.train")  # the module: mae_core.train is the function
 
 
@@ -100,7 +102,7 @@ def test_a_batch_converted_from_bytes_is_the_gathered_float_set(dataset, target)
     """What the loop computes per batch (bytes -> floats -> patches -> T) equals what it
     computed before on the whole float set, then gathered: bitwise, so no loss changes."""
     from mae_core.images import DeviceImages
-    from mae_core.train import batch_target
+    from mae_core.updates import batch_target
 
     config = tiny_config(dataset=dataset, target=target, train_limit=None, patch_size=None)
     data = prepare_data(config)
@@ -128,7 +130,7 @@ def test_huge_sgd_step_raises_non_finite_error_naming_the_step():
 
 
 def test_divergence_watch_names_the_first_bad_step_when_checked_later():
-    from mae_core.train import DivergenceWatch
+    from mae_core.updates import DivergenceWatch
 
     model = torch.nn.Linear(2, 1)
     watch = DivergenceWatch(torch.device("cpu"))
@@ -187,7 +189,7 @@ def test_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path, overrides
 
 
 def _own_noise_generator(config, device, sampler):
-    """What a GPU run does (:func:`mae_core.train.noise_generator`), on the CPU: the DAE's noise
+    """What a GPU run does (:func:`mae_core.updates.noise_generator`), on the CPU: the DAE's noise
     from a generator of its own rather than the sampler."""
     return torch.Generator(device).manual_seed(config.seed + 2)
 
@@ -221,10 +223,10 @@ def test_a_dae_noise_generator_of_its_own_is_checkpointed_and_resumes_bitwise(tm
 
 def test_the_dae_noise_is_drawn_on_the_trials_device_from_its_own_generator():
     sampler = torch.Generator().manual_seed(1)
-    assert train_module.noise_generator(tiny_config(objective="dae"), torch.device("cpu"), sampler) is sampler
-    assert train_module.noise_generator(tiny_config(objective="mae"), DEVICE, sampler) is sampler
+    assert updates.noise_generator(tiny_config(objective="dae"), torch.device("cpu"), sampler) is sampler
+    assert updates.noise_generator(tiny_config(objective="mae"), DEVICE, sampler) is sampler
     if DEVICE.type != "cpu":
-        noise = train_module.noise_generator(tiny_config(objective="dae"), DEVICE, sampler)
+        noise = updates.noise_generator(tiny_config(objective="dae"), DEVICE, sampler)
         assert noise is not sampler and noise.device.type == DEVICE.type
 
 

@@ -15,9 +15,10 @@ import torch
 from conftest import tiny_config
 from mae_core import ConfigError, NonFiniteError, prepare_data, train
 from mae_core.config import config_keys
-from mae_core.train import CudaGraphWarning, build_optimizer, make_capturable, update_plan
+from mae_core.optimizer import build_optimizer, make_capturable
+from mae_core.updates import CudaGraphWarning, update_plan
 
-train_module = importlib.import_module("mae_core.train")  # the module: mae_core.train is the function
+updates_module = importlib.import_module("mae_core.updates")
 DEVICE = torch.device(os.environ.get("MAE_TEST_DEVICE", "cpu"))
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")  # a torch.device needs no GPU to exist
 
@@ -26,7 +27,7 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")  # a torch.device needs no
 def short_draws(monkeypatch):
     """Draw ahead 7 updates at a time, so a run crosses several refills and its checkpoints fall
     inside a batch of draws."""
-    monkeypatch.setattr(train_module, "DRAW_AHEAD", 7)
+    monkeypatch.setattr(updates_module, "DRAW_AHEAD", 7)
 
 
 def _same_parameters(a, b):
@@ -195,7 +196,7 @@ def test_bad_values_name_the_key(keys, named):
 def test_a_checkpoint_resumes_on_another_device_class():
     """compile_enabled follows the machine (compile=auto, 2,000 updates: on for CUDA, off for the
     CPU): it is no reason to refuse a checkpoint; the new keys are compared like any other."""
-    from mae_core.train import changed_keys
+    from mae_core.checkpoint import changed_keys
 
     config = tiny_config(steps=2_000)
     saved = {**config.resolved(), "compile_enabled": True}

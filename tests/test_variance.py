@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis.report import _variance_section
+from analysis.sections import variance_section as _variance_section
 from analysis.variance import (COLUMNS, SOURCES, advice_text, claims_spend, components, design_rows,
                                repeats_advice, variance_design, write_variance)
 from studies.cli import main

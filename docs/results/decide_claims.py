@@ -21,7 +21,8 @@ import sys
 from pathlib import Path
 
 from analysis.claims_report import decide, write_claims
-from analysis.report import _write_correlations, _write_findings
+from analysis.findings import write_findings
+from analysis.tables import write_correlations
 from analysis.trials_file import load_trials
 from studies.registry import get_study
 
@@ -43,9 +44,9 @@ def decide_folder(folder: Path) -> str:
     claims = decide(frame, study, info, raw, note)
     write_claims(claims, study, folder)
     axes = [a for a in info["axes"] if a in frame]
-    _write_correlations(frame, study, axes, folder, smoke=bool(info.get("smoke")))
+    write_correlations(frame, study, axes, folder, smoke=bool(info.get("smoke")))
     if not info.get("search"):
-        _write_findings(frame, study, axes, info, folder)
+        write_findings(frame, study, axes, info, folder)
     counts = claims.table["verdict"].value_counts().to_dict()
     return f"{folder.name}: {len(claims.table)} hypotheses {counts}; not decided: {len(claims.skipped)}"
 

@@ -32,11 +32,12 @@ def _json_safe(metrics: dict[str, float]) -> dict[str, float | None]:
 def _train(args: argparse.Namespace) -> tuple[int, dict[str, float] | None]:
     """Train and evaluate one config: (exit status, final metrics or None if interrupted)."""
     from mae_core.errors import UserError
-    from mae_core.train import NonFiniteError, prepare_data
+    from mae_core.data import prepare_data
+    from mae_core.updates import NonFiniteError
 
-    from ..study import SMOKE, SMOKE_EVAL
+    from ..study import SMOKE, smoke_eval
 
-    config = resolve_config(args.config, args.overrides, smoke={**SMOKE_EVAL, **SMOKE} if args.smoke else None)
+    config = resolve_config(args.config, args.overrides, smoke={**smoke_eval(), **SMOKE} if args.smoke else None)
     data = prepare_data(config)  # data errors and D_norm refusals happen before any run exists
     out = writable_folder(Path(args.out), "--out")
     tracking_uri = args.tracking_uri or default_uri(out)
