@@ -67,8 +67,7 @@ def children(tracking_uri: str, parent_run_id: str):
 
 
 def options(tmp_path, **kw) -> RunOptions:
-    return RunOptions(out_dir=tmp_path / "study", tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
-                      smoke=True, **kw)
+    return RunOptions(out_dir=tmp_path / "study", tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", **kw)
 
 
 @pytest.mark.slow
