@@ -24,6 +24,7 @@ def _read(folder: Path) -> dict:
     return json.loads((folder / "bench_cuda_tiny.json").read_text())
 
 
+@pytest.mark.slow  # the bench in a subprocess, killed: about 5 s on two cores
 def test_a_killed_bench_keeps_the_parts_it_measured(tmp_path):
     """SIGKILL while the third part's successor waits (MAE_BENCH_STALL_AFTER): the JSON on disk
     is whole and holds the parts that had finished, with their values."""

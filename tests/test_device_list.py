@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # a second pytest in a subprocess: about 10 s on two cores
 def test_the_device_tests_run_where_ray_and_mlflow_cannot_be_imported():
     # Collects the whole conftest and runs its session fixtures (the MLflow store, Ray's shutdown
     # at the end) with both imports failing, as gpu_check.sh runs every device test.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers.models.vit_mae.modeling_vit_mae import ViTMAEDecoder, ViTMAEEmbeddings
 
 from mae_core import Config, apply_target, build_model, masked_mse, patchify, sample_visible
 from mae_core.masking import masked_positions
@@ -141,6 +140,9 @@ def test_sincos_tables_equal_transformers_own(shape):
     # mae_core.transformers_port.to_vitmae). transformers builds each table row code first and
     # then rotates its halves so the column comes first, as He et al.'s get_2d_sincos_pos_embed;
     # ours is built column first, so no half-swapping is needed to load either way.
+    # imported here: at module level every xdist worker paid 2.5 s to collect this file
+    from transformers.models.vit_mae.modeling_vit_mae import ViTMAEDecoder, ViTMAEEmbeddings
+
     config = _config(shape)
     peer_config = vitmae_config(config)
     embeddings = ViTMAEEmbeddings(peer_config)
