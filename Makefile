@@ -77,14 +77,18 @@ demo: $(STAMP) data
 	else study=mask_ratio; fi; \
 	$(BIN)/mae-study run $$study && $(BIN)/mae-study report $$study
 
+# Two xdist processes, each file on one (--dist loadfile): a file's module fixtures are made once,
+# and each process starts its own local Ray (two coexist; tests bind no fixed port).
 test: $(STAMP) $(TIMM_STAMP)
-	$(BIN)/python -m pytest --durations=25
+	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=25
 	@if [ -f $(TIMM_STAMP) ] && [ -x $(TIMM_VENV)/bin/python ] && ! $(BIN)/python -c 'import timm' 2>/dev/null; then \
 	  echo "make: the encoder=timm tests, in $(TIMM_VENV) ($(TIMM_TORCH))"; \
 	  $(TIMM_VENV)/bin/python -m pytest -k timm -p no:cacheprovider; fi
 
-# The inner loop: everything but Ray, subprocesses and scenarios (tests/scenarios): 212 s on two cores
-# (225 s serial: two cores gain nothing, the serial run already keeps both busy).
+# The inner loop: everything but Ray, subprocesses and scenarios (tests/scenarios). Measured with
+# `time make test-fast`'s line on two cores that three other test runs shared (load 5): 234 s wall,
+# 164 s of CPU (user+sys), so about 80-90 s on two idle cores; before one intra-op thread per test
+# process (tests/conftest.py), 200 s wall and 232 s of CPU on the same machine, 145-212 s idle.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" -n auto --maxprocesses 4 --dist loadscope
 
