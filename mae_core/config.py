@@ -72,6 +72,12 @@ SEED_SOURCES = {"seed_data": "data_seed", "seed_init": "init_seed", "seed_masks"
                 "seed_eval": "eval_seed"}
 
 
+def listable_evaluators() -> list[str]:
+    """The evaluators ``eval.evaluators`` may name: every registered one but those that run during
+    training (``online``), which ``eval.every`` switches on instead."""
+    return [name for name in registry.evaluators.names() if not registry.evaluators.get(name).during_training]
+
+
 class EvalConfig(BaseModel):
     """How a trained encoder is evaluated downstream: the probes' and fine-tuning's settings.
 
@@ -232,7 +238,7 @@ class EvalConfig(BaseModel):
         """Registered names (built-in or a loaded plugin's), each once, at least one."""
         if not value:
             raise ValueError(f"needs at least one of {registry.evaluators.allowed()}")
-        listable = [name for name in registry.evaluators.names() if not registry.evaluators.get(name).during_training]
+        listable = listable_evaluators()
         unknown = [name for name in value if name not in listable]
         if unknown:
             raise ValueError(f"{', '.join(unknown)} not one of {', '.join(listable)}")
@@ -337,6 +343,11 @@ def nest_eval_keys(keys: dict[str, Any]) -> dict[str, Any]:
         elif key != EVAL_PREFIX:
             flat[key] = value
     return {**flat, EVAL_PREFIX: nested} if nested or EVAL_PREFIX in keys else flat
+
+
+def _source_seed_property(key: str, what: str) -> property:
+    """``Config.data_seed`` and its kin: ``key``, else ``seed``."""
+    return property(lambda config: config.source_seed(key), doc=f"``{key}``, else ``seed``: {what}.")
 
 
 class Config(BaseModel):
@@ -656,25 +667,16 @@ class Config(BaseModel):
         their first updates; a count does not)."""
         return self.warmup_steps if self.warmup_steps is not None else int(self.warmup_fraction * self.steps)
 
-    @property
-    def data_seed(self) -> int:
-        """``seed_data``, else ``seed``: what splits the data."""
-        return self.seed if self.seed_data is None else self.seed_data
+    def source_seed(self, key: str) -> int:
+        """One source's seed (``seed_data``, ``seed_init``, ``seed_masks``, ``seed_eval``): its own
+        key where given, else ``seed``, so a config that names none is the one-seed config."""
+        own = getattr(self, key)
+        return self.seed if own is None else own
 
-    @property
-    def init_seed(self) -> int:
-        """``seed_init``, else ``seed``: what initialises the model."""
-        return self.seed if self.seed_init is None else self.seed_init
-
-    @property
-    def masks_seed(self) -> int:
-        """``seed_masks``, else ``seed``: what draws I_t, V_t (crops, the DAE's noise)."""
-        return self.seed if self.seed_masks is None else self.seed_masks
-
-    @property
-    def eval_seed(self) -> int:
-        """``seed_eval``, else ``seed``: what the evaluation draws from (its first repeat's)."""
-        return self.seed if self.seed_eval is None else self.seed_eval
+    data_seed = _source_seed_property("seed_data", "what splits the data")
+    init_seed = _source_seed_property("seed_init", "what initialises the model")
+    masks_seed = _source_seed_property("seed_masks", "what draws I_t, V_t (crops, the DAE's noise)")
+    eval_seed = _source_seed_property("seed_eval", "what the evaluation draws from (its first repeat's)")
 
     def resolved_seeds(self) -> dict[str, int]:
         """Each source's seed as it is used: ``{"seed_data": ..., "seed_init": ..., ...}``."""
@@ -766,7 +768,7 @@ def allowed_values(field: FieldInfo) -> str:
     ``integer ≥ 1 | null``, ``auto | true | false``."""
     words: list[str] = []
     if _registry_of(field) is not None and typing.get_origin(field.annotation) is tuple:  # eval.evaluators
-        return "a list of " + ", ".join(_choices(field).names())
+        return "a list of " + ", ".join(listable_evaluators())
     if _registry_of(field) is not None:  # a registry's names: built-in, then any plugin's
         words += list(_choices(field).names())
     for member in _union_members(field.annotation):
