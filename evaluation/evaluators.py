@@ -133,5 +133,5 @@ def baseline_rows(rows: tuple, baselines: dict[str, str]) -> tuple:
             derived.append(dataclasses.replace(
                 row, name=prefix + row.name, kind="reference", label=f"{row.label} ({short})",
                 plain=f"{row.plain} {plain}", reference=None, baselines=(), reference_name=short,
-                column=None, figure=None, table_row=short))
+                column=None, figure=None, finetune_panel=0, table_row=short))
     return (*own, *derived)

@@ -42,14 +42,19 @@ class Metric:
     # units): one point of accuracy. None where no default makes sense across studies (a risk's
     # scale depends on the target and the data), so a claim on it must give its own ``delta``.
     delta: float | None = None
-    # Who logs it: an evaluator of ``eval.evaluators`` (evaluation.evaluators: "risks",
-    # "probes", a plugin's), or "training" (the loop, the trial's clock and compute).
-    # Empty: by kind (risk, baseline, diagnostic -> "risks"; downstream, reference -> "probes").
+    # Who logs it: an evaluator of ``eval.evaluators`` ("risks", "frozen_probes", "finetune", a
+    # plugin's; each built-in's rows are the ones naming it), or "training" (the loop, the
+    # trial's clock and compute). Empty: by kind (risk, baseline, diagnostic -> "risks";
+    # downstream, reference -> "probes", the name that lists the built-in probes).
     logged_by: str = ""
     column: str | None = None  # its column in the paper's Table 1 (analysis.labels.table_columns)
     column_rank: int = 0  # the columns' order (MAE Table 1: fine-tuning first)
     table_row: str | None = None  # a reference's row under that table (analysis.labels.baseline_rows)
     figure: str | None = None  # a report figure it is a panel of ("probes": analysis.report_figures.probe_panels)
+    # Its rank as MAE Figure 5's second panel, beside the linear probe (analysis.figures.probe_and_finetune):
+    # the present row of the lowest rank is drawn (partial fine-tuning, else fine-tuning, else kNN
+    # when no trial was fine-tuned); 0 = never
+    finetune_panel: int = 0
     # The values it can take (low, high), where the unit bounds them: a fraction lies in [0, 1].
     # None: unbounded (a risk in target units). A claim's delta on it is below high - low.
     bounds: tuple[float, float] | None = None
@@ -197,15 +202,15 @@ METRICS: dict[str, Metric] = _MetricTable({m.name: m for m in (
     _probe("probe_fewshot_acc", "few-shot probe", "few-shot probe accuracy", "random_probe_fewshot_acc",
            ("pixel_probe_fewshot_acc",), column="few-shot", column_rank=2, figure="probes"),
     _probe("probe_knn_acc", "kNN", "kNN accuracy", "random_probe_knn_acc", ("pixel_probe_knn_acc",),
-           column="kNN", column_rank=3, figure="probes"),
+           column="kNN", column_rank=3, figure="probes", finetune_panel=3),
     _probe("finetune_acc", "fine-tuning", "fine-tuning accuracy", "random_finetune_acc",
-           ("scratch_best_finetune_acc",), FINETUNE, column="fine-tune", column_rank=0),
+           ("scratch_best_finetune_acc",), FINETUNE, column="fine-tune", column_rank=0, finetune_panel=2),
     # The like-for-like pair: the pretrained model's length chosen on validation from the same
     # candidates, by the same selection, as the from-scratch model's (scratch_best_finetune_acc).
     _probe("finetune_best_acc", "fine-tuning (tuned length)", "fine-tuning accuracy at the length best on validation",
            "scratch_best_finetune_acc", logged_by=FINETUNE),
     _probe("partial_finetune_acc", "partial fine-tuning", "partial fine-tuning accuracy", None, logged_by=FINETUNE,
-           figure="probes"),
+           figure="probes", finetune_panel=1),
     _random("random_probe_linear_acc", "linear-probe accuracy"),
     _random("random_probe_fewshot_acc", "few-shot probe accuracy"),
     _random("random_probe_knn_acc", "kNN accuracy"),

@@ -171,7 +171,8 @@ class EvalConfig(BaseModel):
     # evaluators): the built-ins of evaluation.evaluators and any plugin's @evaluator.
     evaluators: tuple[str, ...] = Field(
         ("risks", "probes"), description="evaluators run after training, in order: risks (the spec's test "
-                                         "risks), probes (probes, fine-tuning, their baselines), a plugin's",
+                                         "risks), probes (= frozen_probes, layer_probes, finetune: probes, "
+                                         "fine-tuning, their baselines), a plugin's",
         json_schema_extra={"registry": "evaluators"})
 
     # Evaluation noise averaged away inside a trial (issue 35): the evaluators run K times, with

@@ -207,9 +207,11 @@ PROBE_PARTS = ("frozen_probes", "layer_probes", "finetune")
 
 
 def test_the_probes_are_three_registered_evaluators_with_their_own_settings_and_baselines():
+    from evaluation import probe_evaluators
     from mae_core.evaluator import expand
 
     classes = {name: registry.evaluators.get(name).evaluator_class for name in PROBE_PARTS}
+    assert tuple(classes.values()) == probe_evaluators.PARTS
     assert all(issubclass(cls, Evaluator) for cls in classes.values())
     assert classes["frozen_probes"].baselines == {"random_probe_": RANDOM_INIT, "pixel_probe_": PIXELS}
     assert set(classes["finetune"].baselines.values()) == {RANDOM_INIT} and not classes["layer_probes"].baselines
