@@ -33,7 +33,7 @@ def bench_sweep(cores: int | None = None) -> dict[str, Any]:
         ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False, configure_logging=False)
         ray_start = time.perf_counter() - start
         try:
-            state = run_study(plan, RunOptions(out_dir=Path(folder) / "study", tracking_uri=uri, smoke=True))
+            state = run_study(plan, RunOptions(out_dir=Path(folder) / "study", tracking_uri=uri))
         finally:
             ray.shutdown()
         wall = time.perf_counter() - start

@@ -348,6 +348,11 @@ def nest_eval_keys(keys: dict[str, Any]) -> dict[str, Any]:
     return {**flat, EVAL_PREFIX: nested} if nested or EVAL_PREFIX in keys else flat
 
 
+def _source_seed_property(key: str, what: str) -> property:
+    """``Config.data_seed`` and its kin: ``key``, else ``seed``."""
+    return property(lambda config: config.source_seed(key), doc=f"``{key}``, else ``seed``: {what}.")
+
+
 class Config(BaseModel):
     """Everything one trial needs. Units and reasons are in each field's description
     (``mae-study config`` prints them with the defaults and allowed ranges)."""
@@ -665,25 +670,16 @@ class Config(BaseModel):
         their first updates; a count does not)."""
         return self.warmup_steps if self.warmup_steps is not None else int(self.warmup_fraction * self.steps)
 
-    @property
-    def data_seed(self) -> int:
-        """``seed_data``, else ``seed``: what splits the data."""
-        return self.seed if self.seed_data is None else self.seed_data
+    def source_seed(self, key: str) -> int:
+        """One source's seed (``seed_data``, ``seed_init``, ``seed_masks``, ``seed_eval``): its own
+        key where given, else ``seed``, so a config that names none is the one-seed config."""
+        own = getattr(self, key)
+        return self.seed if own is None else own
 
-    @property
-    def init_seed(self) -> int:
-        """``seed_init``, else ``seed``: what initialises the model."""
-        return self.seed if self.seed_init is None else self.seed_init
-
-    @property
-    def masks_seed(self) -> int:
-        """``seed_masks``, else ``seed``: what draws I_t, V_t (crops, the DAE's noise)."""
-        return self.seed if self.seed_masks is None else self.seed_masks
-
-    @property
-    def eval_seed(self) -> int:
-        """``seed_eval``, else ``seed``: what the evaluation draws from (its first repeat's)."""
-        return self.seed if self.seed_eval is None else self.seed_eval
+    data_seed = _source_seed_property("seed_data", "what splits the data")
+    init_seed = _source_seed_property("seed_init", "what initialises the model")
+    masks_seed = _source_seed_property("seed_masks", "what draws I_t, V_t (crops, the DAE's noise)")
+    eval_seed = _source_seed_property("seed_eval", "what the evaluation draws from (its first repeat's)")
 
     def resolved_seeds(self) -> dict[str, int]:
         """Each source's seed as it is used: ``{"seed_data": ..., "seed_init": ..., ...}``."""

@@ -20,8 +20,6 @@ or capturable as one CUDA graph (:mod:`mae_core.updates`), the schedule and opti
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,11 +81,13 @@ def train(
     checkpoint_extra: dict[str, Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
     shard: Shard = Shard(),
+    after_update: Callable[[int], None] | None = None,
 ) -> TrainResult:
     """Run the J updates of the spec's procedure; resume from ``checkpoint_path`` if it exists.
 
     ``should_stop()`` is asked after every update; when it says yes the loop checkpoints that
-    step (so nothing is lost) and raises :class:`TrainingInterrupted`.
+    step (so nothing is lost) and raises :class:`TrainingInterrupted`. ``after_update(step)`` is
+    called last after every update (the interrupt tests hold a run there: :mod:`studies.testing_hooks`).
 
     ``on_evaluate(step, model)`` is called after update ``step`` when an online evaluation is due
     (``eval.every``: every N updates and after the last), once the loss and gradients so far are
@@ -147,7 +147,6 @@ def train(
               else EagerUpdate(parts, value_range=(0.0, 1.0) if data.pretraining.table is not None else None))
     running, watch = parts.running, parts.watch
 
-    pause_at = pause_step_for_tests()
     model.train()
     try:
         for t in range(loop.step, config.steps):
@@ -190,33 +189,11 @@ def train(
                     on_checkpoint(done, checkpoint_path)
             if stop:
                 raise TrainingInterrupted(done, checkpoint_path)
-            if done == pause_at:
-                hold_for_tests(should_stop)
+            if after_update is not None:
+                after_update(done)
     finally:
         parts.images.close()  # the prefetching thread (images on disk), on every way out
     model.eval()
     return TrainResult(model=model, steps=config.steps, history=history,
                        resumed_from=loop.step if loop.resumed else None, warnings=warnings,
                        update_mode=update.mode)
-
-
-PAUSE_VARIABLE = "MAE_TEST_PAUSE_AT_STEP"
-
-
-def pause_step_for_tests() -> int | None:
-    """The update after which :func:`hold_for_tests` holds the loop: ``MAE_TEST_PAUSE_AT_STEP=N``
-    in the environment (read once per run), else None.
-
-    Interrupt tests signal a run at a known step instead of racing a timer against the loop: a
-    fast machine no longer finishes training before the signal lands."""
-    value = os.environ.get(PAUSE_VARIABLE)
-    return int(value) if value else None
-
-
-def hold_for_tests(should_stop: Callable[[], bool] | None, limit_s: float = 900.0) -> None:
-    """Hold the loop (its log and checkpoint of the update written) until a stop is asked, the
-    process is killed, or ``limit_s`` passes."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline and not (should_stop is not None and should_stop()):
-        time.sleep(0.05)
-

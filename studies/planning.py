@@ -30,8 +30,7 @@ class RunOptions:
     out_dir: Path  # the study's folder (absolute)
     tracking_uri: str
     experiment: str = tracking.DEFAULT_EXPERIMENT
-    smoke: bool = False
-    resume: bool = False
+    resume: bool = False  # (whether it is a smoke run is the plan's: plan.study.is_smoke)
     address: str | None = None  # None: a local Ray on this machine's CPUs
     max_concurrent: int | None = None
     cpus_per_trial: float = 1.0

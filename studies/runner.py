@@ -164,7 +164,7 @@ def study_header(plan: StudyPlan, options: RunOptions) -> StudyHeader:
     study file's commit, :mod:`analysis.registration`)."""
     registered = registration_tags(plan.study)
     return StudyHeader(
-        study=plan.study.name, smoke=options.smoke, paper=plan.study.paper,
+        study=plan.study.name, smoke=plan.study.is_smoke, paper=plan.study.paper,
         study_axes=plan.varied[:-1], grid=plan.axes, reference=plan.reference, zip=list(plan.zipped),
         search=plan.search.describe() if plan.search is not None else None, claims=list(plan.study.claims),
         sequential_plan=plan.sequential, claims_sha256=registered[CLAIMS_HASH_TAG],
@@ -176,7 +176,7 @@ def study_header(plan: StudyPlan, options: RunOptions) -> StudyHeader:
 
 def _create_parent(client, experiment_id: str, plan: StudyPlan, options: RunOptions) -> dict[str, Any]:
     """The study's parent MLflow run and its saved state (written before Ray starts)."""
-    name = f"{plan.study.name}{'-smoke' if options.smoke else ''}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = f"{plan.study.name}{'-smoke' if plan.study.is_smoke else ''}-{time.strftime('%Y%m%d-%H%M%S')}"
     parent = tracking.create_run(client, experiment_id, name, tags=study_header(plan, options).to_tags())
     state = {"study": plan.study.name, "parent_run_id": parent, "name": name,
              "ray_path": str(options.out_dir / "ray" / name),

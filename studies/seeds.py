@@ -16,7 +16,6 @@ cell held at every look), which a report replays.
 
 from __future__ import annotations
 
-import os
 import time
 from contextlib import contextmanager
 from dataclasses import replace
@@ -25,7 +24,7 @@ from typing import Any
 from analysis.study_header import added_tags, grid_tags, look_tags
 from mae_core.errors import UserError, clipped
 
-from . import tracking
+from . import testing_hooks, tracking
 from .planning import cell_settings
 from .runner import RunOptions, StudyPlan, load_state, run_study, save_state
 from .study import cell_id, parse_seed_list
@@ -203,8 +202,6 @@ def new_rows(plan: StudyPlan, added: dict[str, list[int]], frame, axes: list[str
             if seed not in ran.get(cell, ())]
 
 
-# Tests only: hold the driver after it recorded a look (till a signal), to signal it between looks.
-PAUSE_BETWEEN_LOOKS_VARIABLE = "MAE_TEST_PAUSE_BETWEEN_LOOKS"
 
 
 def run_until_decided(plan: StudyPlan, options: RunOptions, *, max_seeds: int, batch: int | None = None,
@@ -256,7 +253,7 @@ def run_until_decided(plan: StudyPlan, options: RunOptions, *, max_seeds: int, b
                 _record_look(client, state, len(looks), table, sequential, looks)
             state.update(looks=looks)
             save_state(options.out_dir, state)
-            _hold_for_tests(interruption)
+            testing_hooks.hold_between_looks(interruption.requested if interruption is not None else None)
             _stop_if_asked(interruption)
             added = next_seeds(table, claims, seeds_per_cell(frame, axes), sequential, batch)
             state["no_more_seeds"] = left_without_seeds(table, sequential.max_seeds)
@@ -317,13 +314,6 @@ def _stop_if_asked(interruption) -> None:
 
     if (interruption is not None and interruption.requested()) or STOP_REQUESTED.is_set():
         raise KeyboardInterrupt(interruption.reason if interruption is not None else "SIGINT")
-
-
-def _hold_for_tests(interruption) -> None:
-    if os.environ.get(PAUSE_BETWEEN_LOOKS_VARIABLE):
-        from mae_core.train import hold_for_tests
-
-        hold_for_tests(interruption.requested if interruption is not None else None)
 
 
 def _full_plan(plan: StudyPlan, state: dict[str, Any]) -> StudyPlan:

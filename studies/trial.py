@@ -8,7 +8,6 @@ the checkpoint, and never logs a metric step twice.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,18 +30,14 @@ from mae_core.models import build_model, config_variant_name
 from mae_core.checkpoint import load_latest_checkpoint
 from mae_core.data import PatchData
 from mae_core.devices import resolve_device
-from mae_core.train import hold_for_tests, train, TrainResult
+from mae_core.train import TrainResult, train
 from mae_core.updates import NonFiniteError
 
-from . import lifecycle, logged, pretrained as shared, tracking
+from . import lifecycle, logged, pretrained as shared, testing_hooks, tracking
 from .interrupts import Interruption
 
 
 BASELINES_TAG = "baselines"  # "computed KEY" or "reused KEY": see evaluation.baselines
-# Tests only: a trial holds at the start of its evaluation (mae_core.train.hold_for_tests) until
-# it is interrupted or killed, so an interrupt test signals a trial known to be evaluating
-# instead of racing a short evaluation (the training loop's own hook: MAE_TEST_PAUSE_AT_STEP).
-PAUSE_EVALUATION_VARIABLE = "MAE_TEST_PAUSE_IN_EVALUATION"
 WORKERS_TAG = "workers_per_trial"  # processes one trial's training ran on (absent: one)
 
 
@@ -151,7 +146,8 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
                            snapshot_steps=snapshot_steps, on_snapshot=on_snapshot,
                            checkpoint_extra={"mlflow_run_id": run_id},
                            should_stop=interruption.requested if interruption is not None else None,
-                           shard=shard)
+                           shard=shard, after_update=testing_hooks.pause_after_update(
+                               interruption.requested if interruption is not None else None))
         return result, time.perf_counter() - started
 
     try:
@@ -177,8 +173,7 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
     try:
         served = len(baselines.outcomes) if baselines is not None else 0
         eval_started = time.perf_counter()
-        if os.environ.get(PAUSE_EVALUATION_VARIABLE):  # tests only: signal a trial known to be evaluating
-            hold_for_tests(None)
+        testing_hooks.hold_in_evaluation()  # tests only: signal a trial known to be evaluating
         metrics = evaluate_trial(result.model, config, data, probes=probes, baselines=baselines)
         eval_seconds = time.perf_counter() - eval_started
     except Exception as error:  # e.g. an evaluator's undeclared metric: FAILED with the reason

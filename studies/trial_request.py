@@ -69,6 +69,7 @@ def run_request(request: TrialRequest, data=None, *, shard: Shard = Shard(),
     from mae_core.data import prepare_data
     from mae_core.train import train
 
+    from . import testing_hooks
     from .pretrained import PretrainedCache
     from .trial import pretraining_decided, run_trial
 
@@ -79,7 +80,8 @@ def run_request(request: TrialRequest, data=None, *, shard: Shard = Shard(),
                   if request.pretrained_dir is not None else None)
     if shard.rank != 0:
         if pretrained is None or pretraining_decided(shard, config):
-            train(config, data, checkpoint_path=request.checkpoint_path, shard=shard)
+            train(config, data, checkpoint_path=request.checkpoint_path, shard=shard,
+                  after_update=testing_hooks.pause_after_update(None))
         return None
     return run_trial(config, data, tracking_uri=request.tracking_uri, experiment=request.experiment,
                      run_name=request.run_name, run_id=request.run_id, parent_run_id=request.parent_run_id,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import os
 import shutil
 import sqlite3
 import sys
@@ -18,7 +19,13 @@ import torch
 from mae_core import Config
 from studies.environment import quiet_libraries
 
-torch.set_num_threads(2)
+# One intra-op thread per test process. The models here are tiny, so a second thread buys nothing,
+# and on a busy machine two spin-waiting threads made a 2 s trial take 6 s; the suite runs in two
+# xdist processes on two cores instead (the Makefile). A study's trial under Ray gets one too
+# (OMP_NUM_THREADS), and tests/test_probes.py's pinned numbers were computed with one. The
+# variable gives the commands and benches tests start as subprocesses one thread too.
+torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Ray and MLflow settings every test shares (and the subprocesses they start inherit).
 quiet_libraries()
 
@@ -140,16 +147,6 @@ def _initialize_from_migrated(engine, original) -> None:
     with sqlite3.connect(migrated_store()) as source, sqlite3.connect(database) as target:
         source.backup(target)
     return None
-
-
-@pytest.fixture(scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy machine two spin-waiting
-    threads turn a 0.1 s fine-tune into seconds."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

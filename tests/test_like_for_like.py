@@ -20,9 +20,6 @@ TINY = dict(dataset="digits", encoder_width=16, encoder_depth=1, encoder_heads=2
 CANDIDATES = (2, 4, 6, 8)
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models, one intra-op thread
-
-
 def _cell(**keys) -> tuple[torch.nn.Module, Config]:
     config = Config(**{**TINY, **keys})
     torch.manual_seed(100 + config.seed)  # the "pretrained" model: any model of the config

@@ -139,7 +139,7 @@ def test_ray_trials_import_the_study_files_plugins(tmp_path, local_ray):
                      "axes: {target: [patch_stats]}\nseeds: [0]\n")
     plan = plan_study(load_study_file(study), smoke=True, overrides={})
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    state = run_study(plan, RunOptions(out_dir=tmp_path / "out", tracking_uri=uri, smoke=True))
+    state = run_study(plan, RunOptions(out_dir=tmp_path / "out", tracking_uri=uri))
     assert state["errored"] == 0
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("mae-study").experiment_id],

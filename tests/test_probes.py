@@ -76,9 +76,6 @@ def test_single_class_training_set_predicts_that_class():
 
 # -------------------------------------------------------------------- on a tiny model
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models, one intra-op thread
-
-
 TINY = dict(dataset="digits", encoder_width=16, encoder_depth=1, encoder_heads=2, decoder_width=8,
             decoder_depth=1, decoder_heads=2, train_limit=200, test_limit=100, device="cpu")
 

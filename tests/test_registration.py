@@ -81,7 +81,7 @@ def test_a_fresh_study_records_both_tags_on_its_parent_run(repo, tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = MlflowClient(uri)
     experiment = client.create_experiment("mae-study", artifact_location=str(tmp_path / "artifacts"))
-    options = RunOptions(out_dir=tmp_path / "sampling", tracking_uri=uri, smoke=True)
+    options = RunOptions(out_dir=tmp_path / "sampling", tracking_uri=uri)
     options.out_dir.mkdir()
     state = _create_parent(client, experiment, plan, options)
     tags = client.get_run(state["parent_run_id"]).data.tags

@@ -25,9 +25,6 @@ SOURCES = ("seed_data", "seed_init", "seed_masks", "seed_eval")
 QUICK_EVAL = {"eval.linear_cs": "1", "eval.knn_ks": "5", "eval.fewshot_draws": 2, "eval.fewshot": 2}
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models, one intra-op thread
-
-
 def config(**keys) -> Config:
     return tiny_config(seed=2, train_limit=120, test_limit=40, **QUICK_EVAL, **keys)
 

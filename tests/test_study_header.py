@@ -128,11 +128,11 @@ def test_the_runner_writes_the_tags_it_always_wrote(tmp_path):
     from studies import tracking
 
     plan = plan_study(get_study("mask_ratio"), smoke=True, overrides={})
-    options = RunOptions(out_dir=tmp_path, tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", smoke=True,
+    options = RunOptions(out_dir=tmp_path, tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
                          command="mae-study run mask_ratio --smoke", gpus_per_trial=0.5)
     old = {  # studies.runner._create_parent before the header (commit 60c9134), its plan_tags inlined
         "study": plan.study.name, "study_axes": json.dumps(plan.varied[:-1]),
-        "grid": json.dumps(plan.axes, default=str), "smoke": str(options.smoke),
+        "grid": json.dumps(plan.axes, default=str), "smoke": str(plan.study.is_smoke),
         "ray_address": options.address or "local", "paper": plan.study.paper,
         "reference": json.dumps(plan.reference, default=str),
         **({"claims": json.dumps(plan.study.claims, default=str, separators=(",", ":"))} if plan.study.claims else {}),

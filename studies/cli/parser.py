@@ -57,14 +57,33 @@ def _config_keys_epilog() -> str:
 
 
 
+def _command(commands, name: str, handler, *, plugins: bool = False, **parser_options) -> argparse.ArgumentParser:
+    """A sub-command ``name`` answered by ``handler``; ``plugins``: it takes ``--plugin`` (the
+    commands that build configs or read a study's parts)."""
+    command = commands.add_parser(name, **parser_options)
+    command.set_defaults(handler=handler)
+    if plugins:
+        add_plugin_option(command)
+    return command
+
+
+def add_store_options(command: argparse.ArgumentParser, out_help: str) -> None:
+    """--out, --tracking-uri and --experiment: where a study's runs are kept (run, report, evaluate,
+    variance); ``train`` has its own, whose --out defaults to the working directory."""
+    command.add_argument("--out", default=DEFAULT_OUT, help=out_help)
+    command.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///<abs --out>/mlflow.db)")
+    command.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment name")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mae-study", description="Ablation studies of masked autoencoders.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     # not required here: main() answers a bare ``mae-study`` with the usage itself
     commands = parser.add_subparsers(dest="command", parser_class=_Parser)
 
-    train = commands.add_parser("train", help="one run, no Ray", epilog=_config_keys_epilog(),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    train = _command(commands, "train", cmd_train, plugins=True,
+                     help="one run, no Ray", epilog=_config_keys_epilog(),
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("--config", help="YAML file of config keys (mae-study config --yaml writes one)")
     train.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite file in --out)")
     train.add_argument("--experiment", default="mae-study", help="MLflow experiment name")
@@ -77,10 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--json", action="store_true",
                        help="print the final metrics as one JSON object on stdout (the rest goes to stderr)")
     train.add_argument("overrides", nargs="*", metavar="key=value")
-    add_plugin_option(train)
-    train.set_defaults(handler=cmd_train)
 
-    run = commands.add_parser("run", help="a study's grid with Ray Tune")
+    run = _command(commands, "run", cmd_run, plugins=True,
+                   help="a study's grid with Ray Tune")
     run.add_argument("study", help="a built-in study (mae-study list) or a study file (my_study.yaml)")
     run.add_argument("--smoke", action="store_true", help="tiny data and steps: seconds")
     run.add_argument("--resume", action="store_true", help="continue the interrupted study")
@@ -99,11 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers-per-trial", type=int, default=1,
                      help="train each trial on N Ray Train workers (DDP: gloo on CPUs, NCCL on GPUs), each with "
                           "--cpus-per-trial/--gpus-per-trial; batch_size stays the global batch, split evenly")
-    run.add_argument("--out", default=DEFAULT_OUT,
-                     help="the output folder: the MLflow store (mlflow.db, mlartifacts/) unless --tracking-uri, "
-                          "and STUDY[-smoke]/ with study.json, Ray's state and the report (default: mae_runs)")
-    run.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///<abs --out>/mlflow.db)")
-    run.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment name")
+    add_store_options(run, "the output folder: the MLflow store (mlflow.db, mlartifacts/) unless --tracking-uri, "
+                           "and STUDY[-smoke]/ with study.json, Ray's state and the report (default: mae_runs)")
     run.add_argument("--search", choices=("random", "optuna"),
                      help="sample keys from ranges (key=loguniform:LOW:HIGH, uniform:LOW:HIGH, "
                           "randint:LOW:HIGH, choice:A,B,...) for every arm of the grid; each sample runs "
@@ -122,38 +137,37 @@ def build_parser() -> argparse.ArgumentParser:
                      help="add seeds (5-9 or 5,6,7) to every cell of the finished study in --out; the report pools them")
     run.add_argument("overrides", nargs="*", metavar="key=value",
                      help="config keys; key=v1,v2 makes an axis; key=KIND:ARGS a range for --search; seeds=0,1,2")
-    add_plugin_option(run)
-    run.set_defaults(handler=cmd_run)
 
-    bench = commands.add_parser("bench", help="speed measurements against a peer, as ratios")
+    bench = _command(commands, "bench", cmd_bench,
+                     help="speed measurements against a peer, as ratios")
     bench.add_argument("--quick", action="store_true", help="fewer rounds and images")
     bench.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     bench.add_argument("--out", help="results folder (default: benchmarks/results under the working directory)")
     bench.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                        help="cuda: the GPU measurements (ViT-B/16 against transformers, digits run, exact risk)")
-    bench.set_defaults(handler=cmd_bench)
 
-    fetch = commands.add_parser("fetch", help="download a named dataset's official files, checked by SHA-256")
+    fetch = _command(commands, "fetch", cmd_fetch,
+                     help="download a named dataset's official files, checked by SHA-256")
     fetch.add_argument("name", metavar="NAME", help="a named dataset: fashion_mnist")
     fetch.add_argument("--to", metavar="DIR",
                        help="the data folder; the files go to DIR/<dataset> (default: $MAE_STUDY_DATA, else "
                             "~/.local/share/mae-study, where dataset=NAME looks first)")
-    fetch.set_defaults(handler=cmd_fetch)
 
-    new_study = commands.add_parser("new-study", help="write a commented study file NAME.yaml")
+    new_study = _command(commands, "new-study", cmd_new_study,
+                         help="write a commented study file NAME.yaml")
     new_study.add_argument("name")
-    new_study.set_defaults(handler=cmd_new_study)
 
-    config = commands.add_parser("config", help="every config key: default, allowed range, meaning")
+    config = _command(commands, "config", cmd_config,
+                      help="every config key: default, allowed range, meaning")
     config.add_argument("keys", nargs="*", metavar="KEY", help="only these keys (e.g. mask_ratio eval.fewshot)")
     config.add_argument("--yaml", action="store_true",
                         help="print a YAML file of the defaults that train --config accepts")
-    config.set_defaults(handler=cmd_config)
 
-    listing = commands.add_parser("list", help="the built-in studies and the study files here")
-    listing.set_defaults(handler=cmd_list)
+    listing = _command(commands, "list", cmd_list,
+                       help="the built-in studies and the study files here")
 
-    report = commands.add_parser("report", help="tables and figures of a study from MLflow")
+    report = _command(commands, "report", cmd_report, plugins=True,
+                      help="tables and figures of a study from MLflow")
     report.add_argument("study", nargs="?")
     report.add_argument("--compare", metavar="OLD_REPORT_DIR",
                         help="after writing the report, print every claim whose verdict changed since the "
@@ -162,36 +176,27 @@ def build_parser() -> argparse.ArgumentParser:
                         help="MAE Table 1 with a sub-table per study (in this order) and Figure 5; "
                              "STORE: a tracking URI, an mlflow.db or its folder (default: --out's mlflow.db), "
                              "or the trials.csv of a report")
-    report.add_argument("--out", default=DEFAULT_OUT,
-                        help="the study's output folder, as given to run: its mlflow.db is read (default: mae_runs)")
+    add_store_options(report, "the study's output folder, as given to run: its mlflow.db is read (default: mae_runs)")
     report.add_argument("--report-dir", help="where the report goes (default: OUT/STUDY/report, "
                                              "OUT/STUDY-smoke/report with --smoke, OUT/paper with --paper)")
     report.add_argument("--smoke", action="store_true",
                         help="report a smoke run (without it only full runs are read; a smoke report says so)")
     report.add_argument("--format", default="png,pdf", help="figure formats: png,pdf,svg")
-    report.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///<abs --out>/mlflow.db)")
-    report.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
     report.add_argument("--run", metavar="PARENT_RUN_ID",
                         help="report this run of the study (default: its newest full run, or smoke run with --smoke)")
-    add_plugin_option(report)
-    report.set_defaults(handler=cmd_report)
 
-    evaluate = commands.add_parser("evaluate", help="stored encoders evaluated again with other eval.* keys, no training")
+    evaluate = _command(commands, "evaluate", cmd_evaluate, plugins=True,
+                        help="stored encoders evaluated again with other eval.* keys, no training")
     evaluate.add_argument("study", nargs="?", help="every finished trial of the study's newest run (or --run ID)")
     evaluate.add_argument("--run", metavar="RUN_ID", help="one run (a trial, or a train run) instead of a study")
-    evaluate.add_argument("--out", default=DEFAULT_OUT,
-                          help="the folder run wrote: its mlflow.db is read and written (default: mae_runs)")
+    add_store_options(evaluate, "the folder run wrote: its mlflow.db is read and written (default: mae_runs)")
     evaluate.add_argument("--smoke", action="store_true", help="the study's newest smoke run (without it: full runs)")
-    evaluate.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///<abs --out>/mlflow.db)")
-    evaluate.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
     evaluate.add_argument("overrides", nargs="*", metavar="eval.key=value",
                           help="evaluation keys only (eval.knn_ks=5,20: a comma is part of the value)")
-    add_plugin_option(evaluate)
-    evaluate.set_defaults(handler=cmd_evaluate)
 
-    variance = commands.add_parser(
-        "variance", help="each seed source (seed_data, seed_init, seed_masks, seed_eval) varied alone at one cell: "
-                         "its variance component per metric, with intervals (variance.csv)")
+    variance = _command(commands, "variance", cmd_variance, plugins=True,
+                        help="each seed source (seed_data, seed_init, seed_masks, seed_eval) varied alone at one "
+                             "cell: its variance component per metric, with intervals (variance.csv)")
     variance.add_argument("study", help="a built-in study (mae-study list) or a study file (my_study.yaml)")
     variance.add_argument("--cell", action="extend", nargs="+", metavar="key=value",
                           help="the cell: a value per axis (axes left out keep the reference cell's; "
@@ -202,13 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     variance.add_argument("--smoke", action="store_true", help="tiny data and steps: seconds")
     variance.add_argument("--resume", action="store_true", help="continue an interrupted design")
     variance.add_argument("--max-concurrent", type=int, help="at most this many trials at once")
-    variance.add_argument("--out", default=DEFAULT_OUT,
-                          help="the output folder, as for run: the design runs in STUDY_variance[-smoke]/, "
-                               "variance.csv and its figure go to STUDY[-smoke]/variance/ (default: mae_runs)")
-    variance.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///<abs --out>/mlflow.db)")
-    variance.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment name")
-    add_plugin_option(variance)
-    variance.set_defaults(handler=cmd_variance)
+    add_store_options(variance, "the output folder, as for run: the design runs in STUDY_variance[-smoke]/, "
+                                "variance.csv and its figure go to STUDY[-smoke]/variance/ (default: mae_runs)")
     return parser
 
 

@@ -53,7 +53,7 @@ def _run_checked(args: argparse.Namespace, study, plan, search, gpus_per_trial: 
     _check_output_folders(out, tracking_uri, args.experiment, "--tracking-uri" if args.tracking_uri else "--out")
     options = RunOptions(
         out_dir=out, tracking_uri=tracking_uri,
-        experiment=args.experiment, smoke=args.smoke, resume=args.resume, address=args.address,
+        experiment=args.experiment, resume=args.resume, address=args.address,
         max_concurrent=args.max_concurrent, cpus_per_trial=args.cpus_per_trial,
         gpus_per_trial=(gpus_per_trial if gpus_per_trial is not None
                         # several workers: one whole GPU each where CUDA is (NCCL wants a device per rank)

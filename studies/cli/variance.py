@@ -82,7 +82,7 @@ def _run(args: argparse.Namespace, plan, out: Path, tracking_uri: str) -> dict |
     from ..progress import StudyProgress
     from ..runner import StudyInterrupted, run_study
 
-    options = RunOptions(out_dir=out, tracking_uri=tracking_uri, experiment=args.experiment, smoke=args.smoke,
+    options = RunOptions(out_dir=out, tracking_uri=tracking_uri, experiment=args.experiment,
                          resume=args.resume, max_concurrent=args.max_concurrent,
                          gpus_per_trial=default_gpus_per_trial(plan.num_trials, 1.0, None),
                          command=shlex.join(["mae-study", *args.argv]))

@@ -24,7 +24,7 @@ def test_two_node_cluster_runs_trials_on_both_nodes(tmp_path):
         ray.init(address=cluster.address, log_to_driver=False)
         plan = plan_study(get_study("mask_ratio"), smoke=True, overrides={"seeds": "0"})
         uri = f"sqlite:///{tmp_path}/mlflow.db"
-        state = run_study(plan, RunOptions(out_dir=tmp_path / "study", tracking_uri=uri, smoke=True,
+        state = run_study(plan, RunOptions(out_dir=tmp_path / "study", tracking_uri=uri,
                                            address=cluster.address))
     finally:
         ray.shutdown()
@@ -77,7 +77,7 @@ def test_losing_a_worker_node_reschedules_its_trials(tmp_path):
         watcher = threading.Thread(target=remove_when_busy, daemon=True)
         watcher.start()
         uri = f"sqlite:///{db}"
-        state = run_study(plan, RunOptions(out_dir=tmp_path / "study", tracking_uri=uri, smoke=True,
+        state = run_study(plan, RunOptions(out_dir=tmp_path / "study", tracking_uri=uri,
                                            address=cluster.address))
         watcher.join(timeout=5)
     finally:

@@ -22,7 +22,7 @@ def test_two_trials_share_one_gpu_at_half_each(tmp_path):
     try:
         plan = plan_study(get_study("mask_ratio"), smoke=True, overrides={"seeds": "0", "steps": "120"})
         uri = f"sqlite:///{tmp_path}/mlflow.db"
-        state = run_study(plan, RunOptions(out_dir=tmp_path / "study", tracking_uri=uri, smoke=True,
+        state = run_study(plan, RunOptions(out_dir=tmp_path / "study", tracking_uri=uri,
                                            cpus_per_trial=1, gpus_per_trial=0.5))
     finally:
         ray.shutdown()

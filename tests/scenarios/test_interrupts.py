@@ -23,9 +23,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import seed_command_store
-from mae_core.train import PAUSE_VARIABLE
-from studies.seeds import PAUSE_BETWEEN_LOOKS_VARIABLE
-from studies.trial import PAUSE_EVALUATION_VARIABLE
+from studies.testing_hooks import PAUSE_BETWEEN_LOOKS_VARIABLE, PAUSE_EVALUATION_VARIABLE, PAUSE_VARIABLE
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +37,7 @@ TRAIN = ["train", "train_limit=256", "test_limit=48", "steps=30", "log_every=10"
 def start(args: list[str], cwd: Path, pause_at_step: int | None = None,
           pause_in_evaluation: bool = False, pause_between_looks: bool = False) -> subprocess.Popen:
     """The command in its own process group; with ``pause_at_step`` every trial's loop holds
-    after that update (``mae_core.train.hold_for_tests``) until the signal comes; with
+    after that update (``studies.testing_hooks``) until the signal comes; with
     ``pause_in_evaluation`` every trial holds at the start of its evaluation."""
     seed_command_store(args, cwd)
     env = dict(ENV)

@@ -17,13 +17,19 @@ eval: {knn_ks: [5]}
 """
 
 
-def test_a_two_axis_study_file_runs_in_smoke_mode(tmp_path):
-    (tmp_path / "depth_x_ratio.yaml").write_text(STUDY)
-    done = run_cli(["run", "depth_x_ratio.yaml", "--smoke"], tmp_path)
+def _run_smoke(tmp_path, study: str, text: str):
+    """``run STUDY.yaml --smoke`` on the study file ``text``: every MLflow run of the study in the
+    store it wrote under tmp_path/mae_runs, and its trials."""
+    (tmp_path / f"{study}.yaml").write_text(text)
+    done = run_cli(["run", f"{study}.yaml", "--smoke"], tmp_path)
     assert done.returncode == 0, done.stderr
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mae_runs/mlflow.db")  # run's --out holds the store
-    runs = mlflow.search_runs(experiment_names=["mae-study"], filter_string="tags.study = 'depth_x_ratio'")
-    children = runs[runs["tags.mlflow.parentRunId"].notna()]
+    runs = mlflow.search_runs(experiment_names=["mae-study"], filter_string=f"tags.study = '{study}'")
+    return runs, runs[runs["tags.mlflow.parentRunId"].notna()]
+
+
+def test_a_two_axis_study_file_runs_in_smoke_mode(tmp_path):
+    runs, children = _run_smoke(tmp_path, "depth_x_ratio", STUDY)
     assert len(children) == 4 and set(children["status"]) == {"FINISHED"}
     cells = set(zip(children["params.decoder_depth"], children["params.mask_ratio"]))
     assert cells == {("1", "0.5"), ("1", "0.75"), ("2", "0.5"), ("2", "0.75")}
@@ -43,12 +49,7 @@ def test_a_zipped_study_file_runs_one_trial_per_row_and_reports_against_a_row(tm
     from studies.study import cell_id
     from studies.study_files import load_study_file
 
-    (tmp_path / "zipped_widths.yaml").write_text(ZIPPED)
-    done = run_cli(["run", "zipped_widths.yaml", "--smoke"], tmp_path)
-    assert done.returncode == 0, done.stderr
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mae_runs/mlflow.db")  # run's --out holds the store
-    runs = mlflow.search_runs(experiment_names=["mae-study"], filter_string="tags.study = 'zipped_widths'")
-    children = runs[runs["tags.mlflow.parentRunId"].notna()]
+    runs, children = _run_smoke(tmp_path, "zipped_widths", ZIPPED)
     assert len(children) == 2 and set(children["status"]) == {"FINISHED"}
     assert set(zip(children["params.encoder_width"], children["params.encoder_heads"])) == {("16", "2"), ("32", "4")}
     plan = plan_study(load_study_file(tmp_path / "zipped_widths.yaml"), smoke=True, overrides={})
