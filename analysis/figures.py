@@ -36,7 +36,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.transforms import offset_copy
 
-from evaluation.metrics import ACCURACY, METRICS
+from evaluation.metrics import ACCURACY, METRICS, all_rows
 from mae_core.config import Config, declared_choices
 
 from .intervals import LEVEL, mean_interval
@@ -410,7 +410,9 @@ def probe_and_finetune(frame: pd.DataFrame, axis: str, *, hue: str | None = None
     the encoder (MAE Figure 9) shows that accuracy: full fine-tuning is one row of it, the same
     value in every cell."""
     finished = _finished(frame)
-    second = next((m for m in ("partial_finetune_acc", "finetune_acc") if _has(finished, m)), "probe_knn_acc")
+    # the metric table says which rows may be the second panel, in order (Metric.finetune_panel)
+    candidates = [row.name for row in sorted(all_rows(), key=lambda row: row.finetune_panel) if row.finetune_panel]
+    second = next((m for m in candidates if _has(finished, m)), candidates[-1])
     return metric_vs_axis(frame, axis, ["probe_linear_acc", second], hue=hue, width=width)
 
 

@@ -19,7 +19,8 @@ from mae_core.errors import UserError
 def evaluate_trial(model, config, data, *, probes: bool = True, baselines=None) -> dict[str, float]:
     """Every test metric of one trained model (names are the MLflow metric names): the
     evaluators ``config.eval.evaluators`` lists, in order (:mod:`evaluation.evaluators`: the
-    ``risks``, then the ``probes``, their baselines and fine-tuning; a plugin's). ``probes=False``
+    ``risks``, then the ``probes``, i.e. ``frozen_probes``, ``layer_probes`` and ``finetune`` with
+    their baselines (:mod:`evaluation.probe_evaluators`); a plugin's). ``probes=False``
     keeps to the ``risks``. ``baselines``: a study's :class:`~evaluation.baselines.BaselineCache`.
     An evaluator that returns a metric it did not declare is an error (:class:`UndeclaredMetric`):
     every logged number is a row of the metric table.
@@ -71,8 +72,10 @@ def _evaluate_once(model, config, data, *, probes: bool, baselines, features) ->
 
     from .features import Trial
 
+    from mae_core.evaluator import expand
+
     metrics: dict[str, float] = {}
-    for name in config.eval.evaluators:
+    for name in expand(config.eval.evaluators):  # probes: frozen_probes, layer_probes, finetune
         if not probes and name != "risks":
             continue
         entry = evaluators.get(name)
@@ -96,9 +99,13 @@ class UndeclaredMetric(UserError):
 
 
 def declares(entry, name: str) -> bool:
-    """Whether evaluator ``entry`` declares ``name``: one of its rows, or a layer-wise probe of
-    one (``probe_linear_acc_block2``, :func:`evaluation.metrics.block_metric`)."""
+    """Whether evaluator ``entry`` declares ``name``: a class says (:meth:`Evaluator.declares
+    <mae_core.evaluator.Evaluator.declares>`); a function's entry, one of its rows or a
+    layer-wise probe of one (``probe_linear_acc_block2``, :func:`evaluation.metrics.block_metric`)."""
     from .metrics import block_metric, block_base
+
+    if entry.evaluator_class is not None:
+        return entry.evaluator_class.declares(name)
 
     declared = {row.name for row in entry.metrics}
     return name in declared or (block_metric(name) is not None and block_base(name) in declared)

@@ -21,33 +21,14 @@ This module imports no torch: the config lists the evaluators' names without loa
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
-from pydantic import ConfigDict, create_model
-
-from mae_core.config import EvalConfig
 from mae_core.evaluator import PIXELS, RANDOM_INIT, Evaluator, register_evaluator
 
-from .metrics import METRICS, ONLINE_METRICS, Metric
+from .metrics import METRICS, ONLINE_METRICS
+from .settings_views import rows_logged_by, view_of
 
-# Keys every evaluator may read: not one evaluator's
-_SHARED_KEYS = ("evaluators", "repeats")
-# The online evaluation's keys (evaluation.online); features and val_fraction are the probes'
+# The online evaluation's keys (evaluation.online)
 _ONLINE_KEYS = ("every", "online_images")
-_PROBE_KEYS = tuple(k for k in EvalConfig.model_fields if k not in (*_SHARED_KEYS, *_ONLINE_KEYS))
-
-
-def rows_logged_by(name: str) -> tuple[Metric, ...]:
-    """The metric table's rows that evaluator ``name`` logs."""
-    return tuple(m for m in METRICS.values() if m.logged_by == name)
-
-
-def _view_of(name: str, keys: tuple[str, ...]):
-    """A ``Settings`` model of ``keys`` of :class:`~mae_core.config.EvalConfig` (same types,
-    defaults and descriptions): a built-in's view of its flat ``eval.<key>`` keys."""
-    fields: dict[str, Any] = {key: (EvalConfig.model_fields[key].annotation, EvalConfig.model_fields[key])
-                              for key in keys}
-    return create_model(name, __config__=ConfigDict(extra="forbid", frozen=True), **fields)
 
 
 @register_evaluator
@@ -66,27 +47,8 @@ class Risks(Evaluator):
         return reconstruction_metrics(trial.model, trial.config, trial.data)
 
 
-@register_evaluator
-class Probes(Evaluator):
-    """The frozen probes (linear, few-shot, kNN; layer-wise with ``eval.probe_blocks``),
-    fine-tuning with ``eval.finetune_steps > 0``, and their random-init, raw-pixel and
-    from-scratch baselines (:func:`evaluation.probes.probe_metrics`)."""
-
-    name = "probes"
-    Settings = _view_of("ProbeSettings", _PROBE_KEYS)
-    metrics = rows_logged_by("probes")
-    baselines = {"random_probe_": RANDOM_INIT, "pixel_probe_": PIXELS,
-                 "random_finetune_": RANDOM_INIT, "scratch_best_finetune_": RANDOM_INIT}
-    # Smoke: one candidate per probe choice and one few-shot draw (the choice code still runs on
-    # the validation split, without the grid's dozens of logistic-regression fits)
-    smoke = {"linear_cs": "1.0", "knn_ks": "5", "fewshot_draws": 1}
-    flat_keys = True
-
-    def measure(self, trial) -> dict[str, float]:
-        from .probes import probe_metrics
-
-        return probe_metrics(trial.model, trial.config, trial.data, baselines=trial.baselines,
-                             features=trial.features)
+# frozen_probes, layer_probes, finetune and probes, the name that lists the three
+from . import probe_evaluators  # noqa: E402,F401  (registers them, after risks, before online)
 
 
 @register_evaluator
@@ -95,7 +57,7 @@ class Online(Evaluator):
     (:mod:`evaluation.online`), logged as histories with step = update."""
 
     name = "online"
-    Settings = _view_of("OnlineSettings", _ONLINE_KEYS)
+    Settings = view_of("OnlineSettings", _ONLINE_KEYS)
     metrics = tuple(METRICS[name] for name in ONLINE_METRICS)
     during_training = True
     flat_keys = True
@@ -171,5 +133,5 @@ def baseline_rows(rows: tuple, baselines: dict[str, str]) -> tuple:
             derived.append(dataclasses.replace(
                 row, name=prefix + row.name, kind="reference", label=f"{row.label} ({short})",
                 plain=f"{row.plain} {plain}", reference=None, baselines=(), reference_name=short,
-                column=None, figure=None, table_row=short))
+                column=None, figure=None, finetune_panel=0, table_row=short))
     return (*own, *derived)

@@ -52,6 +52,15 @@ class TrialFeatures:
         self.extractions = 0
         self._random_init: nn.Module | None = None
         self._sets: dict[tuple, tuple[Features, Features]] = {}
+        self._results: dict[tuple, dict[str, float]] = {}
+
+    def remembered(self, key: tuple, compute) -> dict[str, float]:
+        """``compute()``'s metrics, computed once per trial for ``key`` (a probe of one set of
+        features with one seed and one set of settings: the final-layer probes the frozen and the
+        layer-wise evaluators both read); a copy each time."""
+        if key not in self._results:
+            self._results[key] = dict(compute())
+        return dict(self._results[key])
 
     def random_init_model(self) -> nn.Module:
         """The trial's encoder at initialisation (one per trial, on the model's device)."""

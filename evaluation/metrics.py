@@ -42,14 +42,19 @@ class Metric:
     # units): one point of accuracy. None where no default makes sense across studies (a risk's
     # scale depends on the target and the data), so a claim on it must give its own ``delta``.
     delta: float | None = None
-    # Who logs it: an evaluator of ``eval.evaluators`` (evaluation.evaluators: "risks",
-    # "probes", a plugin's), or "training" (the loop, the trial's clock and compute).
-    # Empty: by kind (risk, baseline, diagnostic -> "risks"; downstream, reference -> "probes").
+    # Who logs it: an evaluator of ``eval.evaluators`` ("risks", "frozen_probes", "finetune", a
+    # plugin's; each built-in's rows are the ones naming it), or "training" (the loop, the
+    # trial's clock and compute). Empty: by kind (risk, baseline, diagnostic -> "risks";
+    # downstream, reference -> "probes", the name that lists the built-in probes).
     logged_by: str = ""
     column: str | None = None  # its column in the paper's Table 1 (analysis.labels.table_columns)
     column_rank: int = 0  # the columns' order (MAE Table 1: fine-tuning first)
     table_row: str | None = None  # a reference's row under that table (analysis.labels.baseline_rows)
     figure: str | None = None  # a report figure it is a panel of ("probes": analysis.report_figures.probe_panels)
+    # Its rank as MAE Figure 5's second panel, beside the linear probe (analysis.figures.probe_and_finetune):
+    # the present row of the lowest rank is drawn (partial fine-tuning, else fine-tuning, else kNN
+    # when no trial was fine-tuned); 0 = never
+    finetune_panel: int = 0
     # The values it can take (low, high), where the unit bounds them: a fraction lies in [0, 1].
     # None: unbounded (a risk in target units). A claim's delta on it is below high - low.
     bounds: tuple[float, float] | None = None
@@ -67,36 +72,42 @@ def _risk(name: str, label: str, plain: str) -> Metric:
     return Metric(name, "risk", label, plain, "target", True, "test_baseline_risk")
 
 
+# The built-in probe evaluators (evaluation.probe_evaluators) that log the rows below
+FROZEN, FINETUNE = "frozen_probes", "finetune"
+
+
 def _probe(name: str, what: str, plain: str, reference: str | None, baselines: tuple[str, ...] = (),
-           **table) -> Metric:
+           logged_by: str = FROZEN, **table) -> Metric:
     return Metric(name, "downstream", f"{what} {ACCURACY}", plain, "fraction", False, reference,
-                  baselines=baselines, delta=ACCURACY_DELTA, **table)
+                  baselines=baselines, delta=ACCURACY_DELTA, logged_by=logged_by, **table)
 
 
-def _random(name: str, plain: str, reference_name: str | None = None) -> Metric:
+def _random(name: str, plain: str, reference_name: str | None = None, logged_by: str = FROZEN) -> Metric:
     return Metric(name, "reference", f"{plain} (random init)", f"{plain} of a random-init encoder",
-                  "fraction", False, reference_name=reference_name, delta=ACCURACY_DELTA, table_row="random init")
+                  "fraction", False, reference_name=reference_name, delta=ACCURACY_DELTA, table_row="random init",
+                  logged_by=logged_by)
 
 
 def _pixel(name: str, plain: str) -> Metric:
     return Metric(name, "reference", f"{plain} (raw pixels)", f"{plain} on raw pixels",
-                  "fraction", False, reference_name="raw pixels", delta=ACCURACY_DELTA, table_row="raw pixels")
+                  "fraction", False, reference_name="raw pixels", delta=ACCURACY_DELTA, table_row="raw pixels",
+                  logged_by=FROZEN)
 
 
 def _chosen(prefix: str, whose: str) -> tuple[Metric, ...]:
     """The settings a probe chose on the validation split (bookkeeping)."""
     return (
         Metric(f"{prefix}linear_c", "bookkeeping", f"linear-probe C ({whose})",
-               f"logistic-regression strength C chosen on validation ({whose})", "C", False, logged_by="probes"),
+               f"logistic-regression strength C chosen on validation ({whose})", "C", False, logged_by=FROZEN),
         # eval.linear_head=bn_linear logs its chosen SGD base step size instead of a C
         Metric(f"{prefix}linear_lr", "bookkeeping", f"linear-probe step size ({whose})",
                f"bn_linear head's SGD base step size chosen on validation ({whose})",
-               "step size per 256 images", False, logged_by="probes"),
+               "step size per 256 images", False, logged_by=FROZEN),
         Metric(f"{prefix}fewshot_c", "bookkeeping", f"few-shot probe C ({whose})",
                f"few-shot logistic-regression strength C chosen on validation ({whose})", "C", False,
-               logged_by="probes"),
+               logged_by=FROZEN),
         Metric(f"{prefix}knn_k", "bookkeeping", f"kNN k ({whose})",
-               f"kNN neighbour count chosen on validation ({whose})", "neighbours", False, logged_by="probes"),
+               f"kNN neighbour count chosen on validation ({whose})", "neighbours", False, logged_by=FROZEN),
     )
 
 
@@ -191,36 +202,38 @@ METRICS: dict[str, Metric] = _MetricTable({m.name: m for m in (
     _probe("probe_fewshot_acc", "few-shot probe", "few-shot probe accuracy", "random_probe_fewshot_acc",
            ("pixel_probe_fewshot_acc",), column="few-shot", column_rank=2, figure="probes"),
     _probe("probe_knn_acc", "kNN", "kNN accuracy", "random_probe_knn_acc", ("pixel_probe_knn_acc",),
-           column="kNN", column_rank=3, figure="probes"),
+           column="kNN", column_rank=3, figure="probes", finetune_panel=3),
     _probe("finetune_acc", "fine-tuning", "fine-tuning accuracy", "random_finetune_acc",
-           ("scratch_best_finetune_acc",), column="fine-tune", column_rank=0),
+           ("scratch_best_finetune_acc",), FINETUNE, column="fine-tune", column_rank=0, finetune_panel=2),
     # The like-for-like pair: the pretrained model's length chosen on validation from the same
     # candidates, by the same selection, as the from-scratch model's (scratch_best_finetune_acc).
     _probe("finetune_best_acc", "fine-tuning (tuned length)", "fine-tuning accuracy at the length best on validation",
-           "scratch_best_finetune_acc"),
-    _probe("partial_finetune_acc", "partial fine-tuning", "partial fine-tuning accuracy", None, figure="probes"),
+           "scratch_best_finetune_acc", logged_by=FINETUNE),
+    _probe("partial_finetune_acc", "partial fine-tuning", "partial fine-tuning accuracy", None, logged_by=FINETUNE,
+           figure="probes", finetune_panel=1),
     _random("random_probe_linear_acc", "linear-probe accuracy"),
     _random("random_probe_fewshot_acc", "few-shot probe accuracy"),
     _random("random_probe_knn_acc", "kNN accuracy"),
-    _random("random_finetune_acc", "fine-tuning accuracy", reference_name="from scratch"),
+    _random("random_finetune_acc", "fine-tuning accuracy", reference_name="from scratch", logged_by=FINETUNE),
     _pixel("pixel_probe_linear_acc", "linear-probe accuracy"),
     _pixel("pixel_probe_fewshot_acc", "few-shot probe accuracy"),
     _pixel("pixel_probe_knn_acc", "kNN accuracy"),
     Metric("scratch_best_finetune_acc", "reference", "fine-tuning accuracy (from scratch, tuned length)",
            "accuracy of a model trained from scratch for the length best on validation", "fraction",
-           False, reference_name="from scratch (tuned length)", delta=ACCURACY_DELTA, table_row="from scratch"),
+           False, reference_name="from scratch (tuned length)", delta=ACCURACY_DELTA, table_row="from scratch",
+           logged_by=FINETUNE),
     Metric("scratch_best_finetune_steps", "bookkeeping", "from-scratch training length (updates)",
-           "from-scratch training length chosen on validation", "steps", False, logged_by="probes"),
+           "from-scratch training length chosen on validation", "steps", False, logged_by=FINETUNE),
     Metric("finetune_best_steps", "bookkeeping", "fine-tuning length (updates, tuned)",
-           "pretrained model's fine-tuning length chosen on validation", "steps", False, logged_by="probes"),
+           "pretrained model's fine-tuning length chosen on validation", "steps", False, logged_by=FINETUNE),
     *_chosen("probe_", "pretrained"), *_chosen("random_probe_", "random init"),
     *_chosen("pixel_probe_", "raw pixels"),
     Metric("probe_train_size", "bookkeeping", "training split (images)", "training split size", "images", False,
-           logged_by="probes"),
+           logged_by=FROZEN),
     Metric("probe_val_size", "bookkeeping", "validation split (images, inside training)",
-           "validation split size", "images", False, logged_by="probes"),
+           "validation split size", "images", False, logged_by=FROZEN),
     Metric("probe_test_size", "bookkeeping", "test split (images)", "test split size", "images", False,
-           logged_by="probes"),
+           logged_by=FROZEN),
     Metric("data_train_test_duplicates", "bookkeeping", "test images equal to a training image",
            "number of test images byte-equal to a training image", "images", True),  # every evaluation
     Metric("train_loss", "bookkeeping", "training loss", "training loss", "target", True),

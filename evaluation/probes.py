@@ -325,7 +325,20 @@ def frozen_probes(model: nn.Module, data: PatchData, split: ValidationSplit, set
     ``_block<b>`` (:func:`evaluation.metrics.block_metric_name`). With the torch probes
     (:func:`probes_on_device`) the features stay on the model's device and are fitted there.
     ``features``: the trial's :class:`~evaluation.features.TrialFeatures`, whose set ``role``
-    (``model``'s) is read instead of extracted again."""
+    (``model``'s) is read instead of extracted again, and the metrics of a call made before with
+    the same arguments are returned rather than fitted again (the frozen and layer-wise probes)."""
+    if features is None:
+        return _fit_frozen_probes(model, data, split, settings, seed=seed, prefix=prefix, blocks=blocks,
+                                  backend=backend)
+    key = ("frozen_probes", role, blocks, prefix, seed, backend, settings.model_dump_json())
+    return features.remembered(key, lambda: _fit_frozen_probes(
+        model, data, split, settings, seed=seed, prefix=prefix, blocks=blocks, backend=backend,
+        features=features, role=role))
+
+
+def _fit_frozen_probes(model: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
+                       seed: int, prefix: str, blocks: int | None, backend: str, features=None,
+                       role: str = "pretrained") -> dict[str, float]:
     pool, device = settings.features, _device(model)
     on_device = probes_on_device(backend, device)
     if features is not None:
@@ -593,12 +606,10 @@ def fixed_and_tuned_finetune(model: nn.Module, data: PatchData, split: Validatio
     accuracy, steps = tuned_finetune(model, data, split, settings, fixed_acc=fixed_acc, options=options)
     return {fixed: fixed_acc, best: accuracy, best.removesuffix("_acc") + "_steps": float(steps)}
 
-def baseline_metrics(fresh: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
-                     seed: int, options: dict, backend: str = "auto", features=None) -> dict[str, float]:
-    """The baselines of :func:`probe_metrics` (names under the ``probes`` evaluator's ``baselines`` prefixes, :func:`evaluation.baselines.baseline_prefixes`):
-    the frozen probes of ``fresh`` (:func:`random_init_model`) and of raw pixels, and, with
-    ``finetune_steps > 0``, training ``fresh`` from scratch for as many updates and for the
-    candidate length best on validation (:func:`tuned_finetune`), refitted on the whole training split."""
+def frozen_baselines(fresh: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
+                     seed: int, backend: str = "auto", features=None) -> dict[str, float]:
+    """The frozen probes' baselines: the probes of ``fresh`` (:func:`random_init_model`,
+    ``random_probe_*``) and of the raw pixels (``pixel_probe_*``)."""
     train_y, test_y = data.train_labels.numpy(), data.test_labels.numpy()
     device = _device(fresh)
     metrics = frozen_probes(fresh, data, split, settings, seed=seed, prefix="random_probe_", backend=backend,
@@ -611,10 +622,51 @@ def baseline_metrics(fresh: nn.Module, data: PatchData, split: ValidationSplit, 
         train_x, test_x = pixel_features(data.train_patches, pixels_on), pixel_features(data.test_patches, pixels_on)
     metrics.update(feature_probes(train_x, train_y, test_x, test_y, split, settings, seed=seed,
                                   prefix="pixel_probe_", device=device))
-    if settings.finetune_steps > 0:
-        metrics.update(fixed_and_tuned_finetune(fresh, data, split, settings, options,
-                                                fixed="random_finetune_acc", best="scratch_best_finetune_acc"))
     return metrics
+
+
+def scratch_baselines(fresh: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
+                      options: dict) -> dict[str, float]:
+    """Fine-tuning's baselines, with ``finetune_steps > 0``: training ``fresh`` from scratch for
+    as many updates (``random_finetune_acc``) and for the candidate length best on validation
+    (``scratch_best_finetune_*``, :func:`tuned_finetune`), refitted on the whole training split."""
+    if settings.finetune_steps == 0:
+        return {}
+    return fixed_and_tuned_finetune(fresh, data, split, settings, options,
+                                    fixed="random_finetune_acc", best="scratch_best_finetune_acc")
+
+
+def baseline_metrics(fresh: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
+                     seed: int, options: dict, backend: str = "auto", features=None) -> dict[str, float]:
+    """The baselines of :func:`probe_metrics` (names under the ``probes`` evaluator's ``baselines`` prefixes,
+    :func:`evaluation.baselines.baseline_prefixes`): :func:`frozen_baselines`, then :func:`scratch_baselines`."""
+    metrics = frozen_baselines(fresh, data, split, settings, seed=seed, backend=backend, features=features)
+    metrics.update(scratch_baselines(fresh, data, split, settings, options=options))
+    return metrics
+
+
+def pretrained_finetune(model: nn.Module, data: PatchData, split: ValidationSplit, settings: EvalConfig, *,
+                        options: dict) -> dict[str, float]:
+    """The pretrained encoder's fine-tuning, with ``finetune_steps > 0``: ``finetune_acc``,
+    ``finetune_best_*`` (:func:`fixed_and_tuned_finetune`) and, with ``finetune_blocks``,
+    ``partial_finetune_acc``; ``options`` carry its layer-wise decay."""
+    if settings.finetune_steps == 0:
+        return {}
+    metrics = fixed_and_tuned_finetune(model, data, split, settings, options,
+                                       fixed="finetune_acc", best="finetune_best_acc")
+    if settings.finetune_blocks == "all":  # every weight: finetune_acc's run, not run twice
+        metrics["partial_finetune_acc"] = metrics["finetune_acc"]
+    elif settings.finetune_blocks is not None:
+        metrics["partial_finetune_acc"] = finetune_accuracy(model, data, settings.finetune_steps,
+                                                            blocks=settings.finetune_blocks, **options)
+    return metrics
+
+
+def split_sizes(data: PatchData, split: ValidationSplit) -> dict[str, float]:
+    """``probe_train_size`` (the whole training split, which every refit uses), ``probe_val_size``
+    (its validation part) and ``probe_test_size``."""
+    return {"probe_train_size": float(len(data.train_patches)), "probe_val_size": float(len(split.val)),
+            "probe_test_size": float(len(data.test_patches))}
 
 
 def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: int | None = None,
@@ -674,14 +726,7 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
     metrics = frozen_probes(model, data, split, settings, seed=seed, backend=probe_backend, features=features)
     metrics.update(layer_probes(model, data, split, settings, seed=seed, final=metrics, backend=probe_backend,
                                 features=features))
-    if settings.finetune_steps > 0:
-        metrics.update(fixed_and_tuned_finetune(model, data, split, settings, pretrained,
-                                                fixed="finetune_acc", best="finetune_best_acc"))
-        if settings.finetune_blocks == "all":  # every weight: finetune_acc's run, not run twice
-            metrics["partial_finetune_acc"] = metrics["finetune_acc"]
-        elif settings.finetune_blocks is not None:
-            metrics["partial_finetune_acc"] = finetune_accuracy(model, data, settings.finetune_steps,
-                                                                blocks=settings.finetune_blocks, **pretrained)
+    metrics.update(pretrained_finetune(model, data, split, settings, options=pretrained))
 
     def compute_baselines() -> dict[str, float]:
         return baseline_metrics(fresh, data, split, settings, seed=seed, options=options, backend=probe_backend,
@@ -692,7 +737,5 @@ def probe_metrics(model: nn.Module, config: Config, data: PatchData, *, seed: in
     else:
         key = baseline_key(fresh, config, data, settings, seed, device)
         metrics.update(baselines.get_or_compute(key, compute_baselines))
-    metrics["probe_train_size"] = float(len(data.train_patches))
-    metrics["probe_val_size"] = float(len(split.val))
-    metrics["probe_test_size"] = float(len(data.test_patches))
+    metrics.update(split_sizes(data, split))
     return metrics

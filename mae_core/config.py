@@ -24,7 +24,7 @@ from pydantic.fields import FieldInfo
 from . import registry
 from .compile_policy import FALLBACK_MIN_UPDATES, decide, fallback_compiles
 from .errors import UserError, first_problem, shown
-from .evaluator import validate_settings
+from .evaluator import expand, validate_settings
 
 # compile="auto" decides from measured compile cost and per-update gain where one is recorded
 # (mae_core.compile_policy, issue 36), else from these run lengths. torch.compile costs 40-60 s
@@ -171,7 +171,8 @@ class EvalConfig(BaseModel):
     # evaluators): the built-ins of evaluation.evaluators and any plugin's @evaluator.
     evaluators: tuple[str, ...] = Field(
         ("risks", "probes"), description="evaluators run after training, in order: risks (the spec's test "
-                                         "risks), probes (probes, fine-tuning, their baselines), a plugin's",
+                                         "risks), probes (= frozen_probes, layer_probes, finetune: probes, "
+                                         "fine-tuning, their baselines), a plugin's",
         json_schema_extra={"registry": "evaluators"})
 
     # Evaluation noise averaged away inside a trial (issue 35): the evaluators run K times, with
@@ -242,8 +243,10 @@ class EvalConfig(BaseModel):
         unknown = [name for name in value if name not in listable]
         if unknown:
             raise ValueError(f"{', '.join(unknown)} not one of {', '.join(listable)}")
-        if len(set(value)) != len(value):
-            raise ValueError("lists an evaluator twice")
+        expanded = expand(value)  # probes: frozen_probes, layer_probes, finetune
+        if len(set(expanded)) != len(expanded):
+            raise ValueError("lists an evaluator twice" + ("" if len(set(value)) != len(value) else
+                                                           f" (it runs {', '.join(expanded)})"))
         return value
 
     @field_validator("linear_cs", "knn_ks", "bn_linear_lrs", mode="before")

@@ -268,6 +268,14 @@ def _read_files(kind: str, path: Path, ram_bytes: int) -> Splits:
 Images = torch.Tensor | np.ndarray | ImageStore
 
 
+def _reads_labels(config) -> bool:
+    """Whether an evaluator the config runs reads the labels (``needs_labels``: the probes)."""
+    from .evaluator import expand
+
+    return any(getattr(registry.evaluators.get(name).evaluator_class, "needs_labels", False)
+               for name in expand(config.eval.evaluators))
+
+
 def count_split_duplicates(train_images: Images, test_images: Images, also: Sequence[Images] = ()) -> int:
     """How many test images ``[N_test, ...]`` are byte-equal to some training image
     ``[N_train, ...]`` (or to an image of one of the sets ``also``, such as STL-10's unlabelled
@@ -571,7 +579,7 @@ def prepare_data(config) -> PatchData:
     duplicates = dataset.train_test_duplicates
     if duplicates and (config.train_limit is not None or config.test_limit is not None):
         duplicates = count_split_duplicates(train_images, test_images, also=also)  # among the images kept
-    if "probes" in config.eval.evaluators:  # one class: a perfect, meaningless probe accuracy
+    if _reads_labels(config):  # one class: a perfect, meaningless probe accuracy
         cut = config.train_limit is not None and config.train_limit < len(dataset.train_labels)
         kept = f" (its first {config.train_limit} images, train_limit)" if cut else ""
         require_two_classes(dataset.train_labels[limit], f"the training split{kept} of dataset={config.dataset}")

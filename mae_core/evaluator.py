@@ -13,6 +13,8 @@ A subclass states
 * ``baselines``: metric-name prefix -> how that reference is measured, :data:`RANDOM_INIT`
   (the same measurement on the trial's encoder at initialisation) or :data:`PIXELS` (on the
   raw pixels): ``random_`` + ``centroid_acc`` is ``random_centroid_acc``;
+* ``parts`` (optional): the names of the evaluators it stands for, run in their place in that
+  order (``probes`` is ``frozen_probes, layer_probes, finetune``; :func:`expand`);
 * ``measure(trial) -> {metric name: value}``, ``trial`` being the evaluation layer's
   :class:`evaluation.features.Trial` (the model, its config and data, the study's baseline cache
   and the features extracted once per trial).
@@ -58,6 +60,14 @@ class Evaluator:
     # True for the built-ins whose keys predate evaluators with settings: their keys stay the
     # top-level eval.<key> (the logged params, the contract) and eval.<name>.<key> is an alias.
     flat_keys: ClassVar[bool] = False
+    # The evaluators it names, run in its place in this order (an alias: probes); () = itself
+    parts: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def declares(cls, name: str) -> bool:
+        """Whether ``name`` is a metric it may log: one of its rows (a layer-wise probe derives
+        names from another evaluator's rows and says so here)."""
+        return any(row.name == name for row in cls.metrics)
 
     def __init__(self, settings: BaseModel | None = None):
         self.settings = settings if settings is not None else self.Settings()
@@ -88,6 +98,16 @@ class Evaluator:
 
     def __call__(self, trial: Any) -> dict[str, float]:
         return self.measure(trial)
+
+
+def expand(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """``eval.evaluators`` with each alias replaced by its ``parts``, in order:
+    ``(risks, probes)`` -> ``(risks, frozen_probes, layer_probes, finetune)``."""
+    expanded: list[str] = []
+    for name in names:
+        cls = registry.evaluators.get(name).evaluator_class
+        expanded += list(getattr(cls, "parts", ()) or (name,))
+    return tuple(expanded)
 
 
 def smoke_keys() -> dict[str, Any]:

@@ -201,3 +201,54 @@ def test_smoke_settings_and_baseline_prefixes_come_from_the_registry():
     assert baseline_prefixes() == ("random_probe_", "pixel_probe_", "random_finetune_", "scratch_best_finetune_")
     plugins.load_plugins([str(CENTROID)])
     assert is_baseline_metric("pixel_centroid_acc") and not is_baseline_metric("centroid_acc")
+
+
+PROBE_PARTS = ("frozen_probes", "layer_probes", "finetune")
+
+
+def test_the_probes_are_three_registered_evaluators_with_their_own_settings_and_baselines():
+    from evaluation import probe_evaluators
+    from mae_core.evaluator import expand
+
+    classes = {name: registry.evaluators.get(name).evaluator_class for name in PROBE_PARTS}
+    assert tuple(classes.values()) == probe_evaluators.PARTS
+    assert all(issubclass(cls, Evaluator) for cls in classes.values())
+    assert classes["frozen_probes"].baselines == {"random_probe_": RANDOM_INIT, "pixel_probe_": PIXELS}
+    assert set(classes["finetune"].baselines.values()) == {RANDOM_INIT} and not classes["layer_probes"].baselines
+    assert "linear_cs" in classes["frozen_probes"].Settings.model_fields
+    assert "finetune_steps" in classes["finetune"].Settings.model_fields
+    assert "finetune_steps" not in classes["frozen_probes"].Settings.model_fields
+    assert "probe_blocks" in classes["layer_probes"].Settings.model_fields
+    # each owns its rows of the metric table; the alias holds all of them, in the same order
+    assert "probe_linear_acc" in {row.name for row in classes["frozen_probes"].metrics}
+    assert "scratch_best_finetune_acc" in {row.name for row in classes["finetune"].metrics}
+    assert classes["layer_probes"].declares("probe_knn_acc_block2") and not classes["finetune"].declares("probe_knn_acc")
+    probes = registry.evaluators.get("probes").evaluator_class
+    assert probes.parts == PROBE_PARTS and expand(("risks", "probes")) == ("risks", *PROBE_PARTS)
+    assert [row.name for row in probes.metrics] == [row.name for name in PROBE_PARTS for row in classes[name].metrics]
+    # a key of one of them is the same key under its name, the alias's and eval.<key>
+    assert (Config(**{"eval.finetune.finetune_steps": 3}) == Config(**{"eval.probes.finetune_steps": 3})
+            == Config(**{"eval.finetune_steps": 3}))
+    with pytest.raises(ConfigError, match="twice"):
+        Config(**{"eval.evaluators": "risks,probes,finetune"})
+
+
+def test_naming_the_three_logs_what_probes_logs(tmp_path):
+    from evaluation import evaluate_trial
+    from evaluation.baselines import BaselineCache
+    from evaluation.probes import probe_metrics
+
+    keys = {"eval.linear_cs": "1.0", "eval.knn_ks": "5", "eval.fewshot_draws": 1, "eval.probe_blocks": "1",
+            "eval.finetune_steps": 2, "eval.finetune_blocks": 1, "eval.scratch_max_steps": 4}
+    alias = tiny_config(**keys)
+    named = tiny_config(**keys, **{"eval.evaluators": "risks," + ",".join(PROBE_PARTS)})
+    model, data = _trained(alias)
+    expected = evaluate_trial(model, alias, data)
+    assert evaluate_trial(model, named, data) == expected
+    assert {k: v for k, v in expected.items() if k in probe_metrics(model, alias, data)} == probe_metrics(model, alias, data)
+    assert "probe_linear_acc_block1" in expected and "scratch_best_finetune_acc" in expected
+    # each keeps its baselines in the study's cache: frozen probes' and from-scratch fine-tuning's
+    cache = BaselineCache(tmp_path)
+    assert evaluate_trial(model, named, data, baselines=cache) == expected
+    assert evaluate_trial(model, named, data, baselines=cache) == expected  # read back: the same numbers
+    assert [how for _, how in cache.outcomes] == ["computed", "computed", "reused", "reused"]

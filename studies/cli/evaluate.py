@@ -47,8 +47,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(f"evaluate: {len(plan.trials)} trial(s) with "
               f"{' '.join(f'{k}={v}' for k, v in overrides.items()) or 'their own eval.* keys'}", file=sys.stderr)
 
+        from evaluation.metrics import all_rows
+
+        # the accuracies of MAE Table 1's columns (fine-tune, linear, few-shot, kNN, a plugin's): the
+        # metric table's rows that name a column, whichever evaluators logged them
+        headline = [row.name for row in sorted(all_rows(), key=lambda row: row.column_rank) if row.column]
+
         def done(trial, run_id: str, metrics: dict[str, float]) -> None:
-            shown = ", ".join(f"{k} {metrics[k]:.4g}" for k in ("probe_linear_acc", "probe_knn_acc") if k in metrics)
+            shown = ", ".join(f"{k} {metrics[k]:.4g}" for k in headline if k in metrics)
             print(f"  {trial.info.run_name} -> run {run_id}  {shown}", file=sys.stderr)
 
         baseline_dir = study_folder(root, plan.study, plan.smoke) / "baselines" if plan.study else None
