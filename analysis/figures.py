@@ -1,4 +1,4 @@
-"""Paper figures from the trial frame (:func:`analysis.frame.load_runs`), drawn at print size.
+"""Paper figures from the trial frame (:func:`analysis.trials_frame.load_runs`), drawn at print size.
 
 As in MAE's Figure 5 and Table 1: one metric per panel, accuracies in %, every seed a small
 point and each cell's mean a larger marker with its 95% t-interval over seeds

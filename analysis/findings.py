@@ -19,7 +19,7 @@ import pandas as pd
 from evaluation.metrics import METRICS, RISK_MEANING_AXES
 from mae_core.grid import default_reference
 
-from .frame import DOWNSTREAM_METRICS, RISK_METRICS, cast_param
+from .trials_frame import DOWNSTREAM_METRICS, RISK_METRICS, cast_param
 from .markdown import markdown_table
 from .search import chosen_zip, search_ranking
 from .stats import ALPHA, EXPLORATORY, POWER, baseline_comparisons, paired_comparisons, verdict

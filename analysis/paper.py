@@ -24,7 +24,7 @@ from mae_core.errors import clipped
 from mae_core.files import FolderNotWritable, writable_folder
 
 from . import figures, paper_table
-from .frame import ReportError, load_runs, load_study_info
+from .trials_frame import ReportError, load_runs, load_study_info
 from .labels import table_columns
 from .paper_table import tex
 from .findings import study_reference

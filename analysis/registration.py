@@ -62,7 +62,7 @@ def _claim_key(claim: Mapping[str, Any]) -> str:
 def registered_claims(info: Mapping[str, Any]) -> set[str] | None:
     """The canonical claims of the block hashed at the start (empty when the study file was not
     committed), or None when the run recorded nothing at its start. ``info``: a report's header
-    (:func:`analysis.frame.load_study_info`) with the parent's ``claims`` and both tags."""
+    (:func:`analysis.trials_frame.load_study_info`) with the parent's ``claims`` and both tags."""
     hashed, commit = info.get(CLAIMS_HASH_TAG), info.get(COMMIT_TAG)
     if not hashed or not commit:
         return None

@@ -1,6 +1,6 @@
 """One study's report: a folder of tables, figures and a self-contained ``index.html``.
 
-Reads only the MLflow store (:mod:`analysis.frame`), so a report never needs the Ray results
+Reads only the MLflow store (:mod:`analysis.trials_frame`), so a report never needs the Ray results
 folder. :func:`write_report` loads the study's header and trials and runs each section of
 :data:`analysis.sections.SECTIONS` in the page's order; each section computes, writes its files
 and returns its parts of the page (:mod:`analysis.page`). What a report claims comes from
@@ -28,7 +28,7 @@ from pathlib import Path
 from mae_core.files import FolderNotWritable, writable_folder
 
 from . import figures, page, variance
-from .frame import ReportError, load_runs, load_study_info
+from .trials_frame import ReportError, load_runs, load_study_info
 from .sections import SECTIONS, ReportContext, Section
 
 
@@ -51,7 +51,7 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
     the report shows where the noise comes from (:mod:`analysis.variance`). ``sections``: the
     page's sections in order (default :data:`analysis.sections.SECTIONS`).
 
-    Raises :class:`~analysis.frame.ReportError` (one line) when the study has no runs, a
+    Raises :class:`~analysis.trials_frame.ReportError` (one line) when the study has no runs, a
     format is unknown, or ``out_dir`` cannot be written.
     """
     unknown = [f for f in formats if f not in figures.FORMATS]

@@ -22,7 +22,7 @@ from evaluation import reconstruction_grid
 from evaluation.metrics import ONLINE_METRICS, all_rows
 
 from . import figures
-from .frame import load_history
+from .trials_frame import load_history
 from .labels import value_text
 from .page import Figure as PageFigure
 from .stats import MIN_CLUSTERS, MIN_TRIALS, plain_name

@@ -91,7 +91,7 @@ def run_fixed(trials: pd.DataFrame, claims: list[dict], n: int) -> tuple[pd.Data
 
 
 def run_sequential(trials: pd.DataFrame, claims: list[dict], design: Design) -> tuple[pd.DataFrame, int]:
-    """The run's loop (studies.seeds) on pre-drawn trials: look, keep what is decided, add a batch
+    """The run's loop (studies.seeds_by_need) on pre-drawn trials: look, keep what is decided, add a batch
     where :func:`next_seeds` says. Returns the final verdicts and the trials it ran."""
     plan = Plan(max_seeds=design.max_seeds)
     held = {_key(r): list(range(START)) for r in (REFERENCE, *CELLS)}

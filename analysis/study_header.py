@@ -27,7 +27,7 @@ from typing import Any
 
 from .registration import CLAIMS_HASH_TAG, COMMIT_TAG
 
-LOOKS_TAG = "sequential_looks"  # the seeds each cell held at every look (studies.seeds)
+LOOKS_TAG = "sequential_looks"  # the seeds each cell held at every look (studies.seeds_by_need)
 ADDED_TAG = "seeds_added_outside_plan"  # --add-seeds without a sequential plan
 # The tags that say which study ran and what it varied: an evaluation parent run carries them
 # (studies.reevaluate), so a report reads it like a study run.
@@ -106,7 +106,7 @@ class StudyHeader:
         return {key: value for key, value in self.to_tags().items() if key in STUDY_TAGS}
 
     def to_json(self) -> dict[str, Any]:
-        """The report's header (``study.json``; :func:`analysis.frame.load_study_info`)."""
+        """The report's header (``study.json``; :func:`analysis.trials_frame.load_study_info`)."""
         return {"run_id": self.run_id, "run_name": self.run_name, "start_time": self.start_time,
                 "axes": self.axes, "grid": self.grid, "smoke": self.smoke, "paper": self.paper,
                 "reference": self.reference, "zip": self.zip, "search": self.search, "claims": self.claims,

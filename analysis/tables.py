@@ -17,7 +17,7 @@ import pandas as pd
 from evaluation.metrics import block_metric_names
 
 from . import paper_table
-from .frame import DOWNSTREAM_METRICS, FINAL_METRICS, RISK_METRICS
+from .trials_frame import DOWNSTREAM_METRICS, FINAL_METRICS, RISK_METRICS
 from .markdown import markdown_table
 from .stats import CORRELATION_COLUMNS, correlation_reading, rank_correlations, summarise
 

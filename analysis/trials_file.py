@@ -23,7 +23,7 @@ import pandas as pd
 
 from mae_core.errors import UserError
 
-from .frame import ReportError, cast_param, typed_frame
+from .trials_frame import ReportError, cast_param, typed_frame
 from .study_header import StudyHeader
 
 STUDY_FILE = "study.json"
@@ -42,8 +42,8 @@ FindStudy = Callable[[str], Any]
 
 
 def load_trials(path: Path, study: str, find_study: FindStudy | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """``trials.csv`` -> (the frame :func:`analysis.frame.load_runs` would give, the header
-    :func:`analysis.frame.load_study_info` would give). Raises ReportError (one line) when the
+    """``trials.csv`` -> (the frame :func:`analysis.trials_frame.load_runs` would give, the header
+    :func:`analysis.trials_frame.load_study_info` would give). Raises ReportError (one line) when the
     file is not a report's ``trials.csv`` or, without ``study.json``, is not the full grid of
     the built-in study ``study``."""
     try:
@@ -65,7 +65,7 @@ def load_trials(path: Path, study: str, find_study: FindStudy | None = None) -> 
 
 def _cell(key: str, value: str) -> Any:
     """A CSV cell back to its value: empty is None, text columns stay text, params and metrics
-    are cast as :func:`analysis.frame.load_runs` casts MLflow's strings."""
+    are cast as :func:`analysis.trials_frame.load_runs` casts MLflow's strings."""
     if value == "":
         return None
     return value if key in _TEXT_COLUMNS else cast_param(key, value)

@@ -56,7 +56,7 @@ class StudyPlan:
     # --until-decided: the sequential plan (analysis.sequential.Plan.as_dict), named on the
     # parent run before the first look
     sequential: dict[str, Any] | None = None
-    batch: bool = False  # a batch of seeds added to a study that ran (studies.seeds): no summary yet
+    batch: bool = False  # a batch of seeds added to a study that ran (studies.seeds_by_need): no summary yet
 
     @property
     def num_trials(self) -> int:

@@ -38,7 +38,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
-from analysis.frame import search_all
+from analysis.trials_frame import search_all
 from analysis.study_header import StudyHeader, choose_parent
 from mae_core.config import EVAL_PREFIX, Config, EvalConfig, parse_overrides
 from mae_core.errors import UserError
@@ -262,7 +262,7 @@ def run_evaluation(plan: Plan, client: MlflowClient, *, tracking_uri: str, exper
     from mae_core.data import prepare_data
     from mae_core.devices import resolve_device
 
-    from . import lifecycle, logged
+    from . import lifecycle, run_artifacts
     from .trial import BASELINES_TAG, _log_reconstructions
 
     experiment_id = tracking.ensure_experiment(client, experiment, tracking_uri)
@@ -284,7 +284,7 @@ def run_evaluation(plan: Plan, client: MlflowClient, *, tracking_uri: str, exper
                         loaded = (_data_key(config), prepare_data(config))
                     data = loaded[1]
                     tracking.log_params(client, run_id, config.resolved())
-                    logged.log_dataset_inputs(client, run_id, config, data)
+                    run_artifacts.log_dataset_inputs(client, run_id, config, data)
                     torch.manual_seed(config.init_seed)
                     model = build_model(config)
                     model.load_state_dict(load_checkpoint(item.checkpoint)["model"])

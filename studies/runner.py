@@ -95,7 +95,7 @@ def run_study(plan: StudyPlan, options: RunOptions, progress=None, interruption=
     """Run (or resume) the study; returns its state (parent run id, Ray folder, counts).
 
     ``extend``: the saved state of a study that ran, to which ``plan`` (a batch of new seeds,
-    :mod:`studies.seeds`) adds trials under the same parent run, in a Ray experiment of its own.
+    :mod:`studies.seeds_by_need`) adds trials under the same parent run, in a Ray experiment of its own.
 
     Raises :class:`StudyInterrupted` after SIGINT/SIGTERM (``interruption`` names the signal),
     with the parent run and every unfinished child run KILLED and the state left incomplete.

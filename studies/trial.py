@@ -33,7 +33,7 @@ from mae_core.devices import resolve_device
 from mae_core.train import TrainResult, train
 from mae_core.updates import NonFiniteError
 
-from . import lifecycle, logged, pretrained as shared, testing_hooks, tracking
+from . import lifecycle, pretrained as shared, run_artifacts, testing_hooks, tracking
 from .interrupts import Interruption
 
 
@@ -92,7 +92,7 @@ def run_trial(
     ``run_id`` reopens a run the caller found; otherwise the run id kept in the checkpoint is
     reopened, or a new run is created (under ``parent_run_id``, with ``tags``). While the trial
     works its run is MLflow's active run, with system metrics; it logs the data splits as
-    inputs and the trained encoder as a model (:mod:`studies.logged`). The evaluation layer measures the trained model
+    inputs and the trained encoder as a model (:mod:`studies.run_artifacts`). The evaluation layer measures the trained model
     (:func:`evaluation.evaluate_trial`; ``probes=False`` keeps to the risks). A diverging trial ends FAILED with ``failure_step`` and
     ``failure_reason`` tags, and the error is re-raised; any other error (a plugin's part breaking
     its rule, :mod:`mae_core.plugin_checks`; a crash) ends it FAILED with ``failure_reason``, and
@@ -129,7 +129,7 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
     tracking.log_params(client, run_id, config.resolved())
     if shard.active:  # the global batch is batch_size; each worker took batch_size / workers_per_trial
         tracking.set_tags(client, run_id, {WORKERS_TAG: shard.world_size})
-    logged.log_dataset_inputs(client, run_id, config, data)
+    run_artifacts.log_dataset_inputs(client, run_id, config, data)
     already = tracking.logged_steps(client, run_id, "train_loss")
 
     def on_log(step: int, metrics: dict[str, float]) -> None:
@@ -197,7 +197,7 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
     _log_reconstructions(client, run_id, result.model, config, data)
     if checkpoint_path is not None and Path(checkpoint_path).exists():
         client.log_artifact(run_id, str(checkpoint_path), artifact_path="checkpoint")
-    logged.log_encoder(client, run_id, result.model, config, data.test_patches[:2])
+    run_artifacts.log_encoder(client, run_id, result.model, config, data.test_patches[:2])
     return metrics, train_seconds
 
 

@@ -27,7 +27,7 @@ from mlflow.tracking import MlflowClient
 from PIL import Image
 
 from analysis import figures, paper_table
-from analysis.frame import ReportError, load_runs, load_study_info
+from analysis.trials_frame import ReportError, load_runs, load_study_info
 from analysis.paper import parse_sources, write_paper
 from analysis.findings import study_reference
 from analysis.report import write_report

@@ -10,7 +10,7 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
-from analysis.frame import load_runs
+from analysis.trials_frame import load_runs
 from mae_core import Config
 from studies.reevaluate import EvaluateError, Plan, Planned, config_with, eval_overrides, parent_tags
 

@@ -8,7 +8,7 @@ import json
 import pytest
 from mlflow.tracking import MlflowClient
 
-from analysis.frame import load_study_info
+from analysis.trials_frame import load_study_info
 from studies.registry import STUDIES
 from studies.study import Study, default_reference, find_cell
 

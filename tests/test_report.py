@@ -17,7 +17,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from analysis import figures
-from analysis.frame import ReportError, cast_param, load_history, load_runs, load_study_axes
+from analysis.trials_frame import ReportError, cast_param, load_history, load_runs, load_study_axes
 from analysis.report import write_report
 from mae_core import Config
 

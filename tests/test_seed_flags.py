@@ -99,7 +99,7 @@ def test_add_seeds_refuses_overrides_that_change_the_trials_settings(study_file,
 def test_the_settings_check_passes_the_studys_own_keys_and_seeds(study_file, tmp_path):
     from studies.registry import get_study
     from studies.runner import load_state, plan_study
-    from studies.seeds import check_same_settings
+    from studies.seeds_by_need import check_same_settings
 
     for settings in (True, False):
         state = load_state(finished_study(tmp_path, settings=settings))
@@ -124,7 +124,7 @@ def test_until_decided_refuses_overrides_that_take_a_claims_cell_away(study_file
 def test_until_decided_keeps_claims_that_overrides_leave_in_place(study_file):
     from studies.registry import get_study
     from studies.runner import plan_study
-    from studies.seeds import check_claims_fit
+    from studies.seeds_by_need import check_claims_fit
 
     for overrides in ({"lr": 0.01}, {"mask_ratio": "0.5,0.75,0.9"}, {"decoder_depth": "1,2"}):
         check_claims_fit(plan_study(get_study("seeds_by_need.yaml"), smoke=True, overrides=overrides))
@@ -163,11 +163,11 @@ def test_an_output_folder_that_cannot_take_files_is_refused_before_training(stud
 def test_the_look_loop_ends_when_a_batch_adds_no_finished_trial(study_file, tmp_path, monkeypatch, batches):
     """Planning gone wrong: every look asks for more seeds (next_seeds patched), but the batches
     add no trial, or only failed ones; the loop must end after the first such batch."""
-    import analysis.frame
+    import analysis.trials_frame
     import analysis.sequential
     import mlflow.tracking
 
-    from studies import seeds
+    from studies import seeds_by_need
     from studies.registry import get_study
     from studies.runner import RunOptions, plan_study
 
@@ -192,18 +192,18 @@ def test_the_look_loop_ends_when_a_batch_adds_no_finished_trial(study_file, tmp_
 
     info = {"axes": ["mask_ratio"], "grid": {"mask_ratio": [0.5, 0.75], "seed": [0, 1]},
             "reference": {"mask_ratio": 0.75}, "zip": [], "claims": list(get_study("seeds_by_need.yaml").claims)}
-    monkeypatch.setattr(seeds, "run_study", fake_run_study)
-    monkeypatch.setattr(seeds, "_record_look", lambda *args: None)
-    monkeypatch.setattr(seeds, "_summarise", lambda *args: None)
+    monkeypatch.setattr(seeds_by_need, "run_study", fake_run_study)
+    monkeypatch.setattr(seeds_by_need, "_record_look", lambda *args: None)
+    monkeypatch.setattr(seeds_by_need, "_summarise", lambda *args: None)
     monkeypatch.setattr(mlflow.tracking, "MlflowClient", lambda *args: None)
-    monkeypatch.setattr(analysis.frame, "load_study_info", lambda *args: info)
-    monkeypatch.setattr(analysis.frame, "load_runs", lambda *args: pd.DataFrame(rows))
+    monkeypatch.setattr(analysis.trials_frame, "load_study_info", lambda *args: info)
+    monkeypatch.setattr(analysis.trials_frame, "load_runs", lambda *args: pd.DataFrame(rows))
     monkeypatch.setattr(analysis.sequential, "next_seeds",
                         lambda table, claims, held, plan, batch: {"mask_ratio=0.5": [2, 3], "mask_ratio=0.75": [2, 3]})
 
     plan = plan_study(get_study("seeds_by_need.yaml"), smoke=True, overrides={})
     options = RunOptions(out_dir=tmp_path / "out", tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
-    state = seeds.run_until_decided(plan, options, max_seeds=10)
+    state = seeds_by_need.run_until_decided(plan, options, max_seeds=10)
     assert calls == [False, True]  # the first look's seeds, one batch, and no batch after it
     assert state["looks"] == [{"mask_ratio=0.5": 2, "mask_ratio=0.75": 2}]
     assert "would hold no trial" in state["stalled"]

@@ -85,7 +85,7 @@ def test_a_trend_shown_to_go_both_ways_gets_no_more_seeds():
                            "probe_linear_acc": means[r] + rng.normal(0, 0.004)} for r in ratios for s in range(5)])
     seeds = seeds_per_cell(frame, ["mask_ratio"])
     plan = Plan(max_seeds=25)
-    look = dict(robustness=False)  # as the run's looks decide (studies.seeds)
+    look = dict(robustness=False)  # as the run's looks decide (studies.seeds_by_need)
     table = decide_sequential(frame, declared, ["mask_ratio"], plan, [{c: 5 for c in seeds}], **look)
     assert table.iloc[0]["verdict"] == "inconclusive" and table.iloc[0]["n_needed"] == MAX_SEEDS
     assert next_seeds(table, declared, seeds, plan, 5) == {}

@@ -8,7 +8,7 @@ import json
 import pytest
 from mlflow.tracking import MlflowClient
 
-from analysis.frame import ReportError, load_study_info
+from analysis.trials_frame import ReportError, load_study_info
 from analysis.study_header import STUDY_TAGS, StudyHeader, choose_parent, look_tags
 
 # A smoke run's parent tags as the runner wrote them before the header existed (studies.runner

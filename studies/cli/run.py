@@ -34,7 +34,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     gpus_per_trial = gpus_of_trials_per_gpu(args.trials_per_gpu, args.gpus_per_trial)
     _check_workers(args.workers_per_trial, plan.cells, gpus_per_trial)
     if args.until_decided:
-        from ..seeds import check_until_decided
+        from ..seeds_by_need import check_until_decided
 
         check_until_decided(plan, _max_seeds(args))
     root = Path(args.out)
@@ -153,7 +153,7 @@ def _check_seed_flags(args: argparse.Namespace) -> None:
     if args.seed_batch is not None and args.seed_batch < 1:
         raise UsageError(f"--seed-batch {args.seed_batch}: at least 1")
     if args.add_seeds:  # malformed, repeated or too many seeds: refused before --out is touched
-        from ..seeds import parse_seeds
+        from ..seeds_by_need import parse_seeds
 
         parse_seeds(args.add_seeds)
 
@@ -179,7 +179,7 @@ def _check_output_folders(out: Path, tracking_uri: str, experiment: str, store_f
 
 
 def _run(args: argparse.Namespace, plan, options, progress, interruption, metric: str, mode: str, study) -> dict:
-    """The study's grid, or its seeds by need (studies.seeds)."""
+    """The study's grid, or its seeds by need (studies.seeds_by_need)."""
     from ..progress import StudyProgress
     from ..runner import run_study
 
@@ -188,12 +188,12 @@ def _run(args: argparse.Namespace, plan, options, progress, interruption, metric
                              mode=mode)
 
     if args.until_decided:
-        from ..seeds import run_until_decided
+        from ..seeds_by_need import run_until_decided
 
         return run_until_decided(plan, options, max_seeds=_max_seeds(args), batch=args.seed_batch,
                                  progress_factory=progress_for, interruption=interruption)
     if args.add_seeds:
-        from ..seeds import add_seeds, parse_seeds
+        from ..seeds_by_need import add_seeds, parse_seeds
 
         return add_seeds(plan, options, parse_seeds(args.add_seeds), progress_factory=progress_for,
                          interruption=interruption)

@@ -101,7 +101,7 @@ def _run(args: argparse.Namespace, plan, out: Path, tracking_uri: str) -> dict |
 
 
 def _components(tracking_uri: str, design, experiment: str, parent_run_id: str):
-    from analysis.frame import load_runs
+    from analysis.trials_frame import load_runs
     from analysis.variance import components, trial_seconds
 
     frame = load_runs(tracking_uri, design.name, experiment, parent_run_id)

@@ -62,7 +62,7 @@ def test_one_encoder_per_seed_is_trained_and_the_other_cell_evaluates_it(study):
 
 
 def test_evaluate_makes_runs_without_training_that_a_report_can_read(study):
-    from analysis.frame import load_runs
+    from analysis.trials_frame import load_runs
 
     folder, client, parent, children = study
     done = run_cli(["evaluate", "fewshot_share", "--smoke", "eval.knn_ks=3,7"], folder)
@@ -127,7 +127,7 @@ seeds: [0]
 def test_a_study_over_lengths_reads_the_shorter_one_from_the_longer_run(tmp_path):
     """A constant schedule: the 10-update trial is the 20-update run at update 10; the report says
     so, and ``evaluate`` reads that model, not the longer run's final one."""
-    from analysis.frame import load_runs
+    from analysis.trials_frame import load_runs
     from analysis.provenance import provenance
 
     (tmp_path / "lengths_share.yaml").write_text(LENGTHS)

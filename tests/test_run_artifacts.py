@@ -12,17 +12,17 @@ from conftest import tiny_config
 from mlflow.tracking import MlflowClient
 
 from mae_core import build_model, prepare_data
-from studies import logged, tracking
+from studies import run_artifacts, tracking
 
 
 def test_the_digest_reads_the_whole_content():
     patches = torch.zeros(20_000, 4)  # more than the 10,000 values MLflow's own digest reads
     labels = np.zeros(20_000, np.int64)
-    same = logged.content_digest(patches.clone(), labels.copy())
-    assert logged.content_digest(patches, labels) == same and len(same) == logged.DIGEST_CHARS
+    same = run_artifacts.content_digest(patches.clone(), labels.copy())
+    assert run_artifacts.content_digest(patches, labels) == same and len(same) == run_artifacts.DIGEST_CHARS
     patches[-1, -1] = 1.0  # the very last value
-    assert logged.content_digest(patches, labels) != same
-    assert logged.content_digest(patches.double(), labels) != logged.content_digest(patches, labels)
+    assert run_artifacts.content_digest(patches, labels) != same
+    assert run_artifacts.content_digest(patches.double(), labels) != run_artifacts.content_digest(patches, labels)
 
 
 def _run(tmp_path) -> tuple[str, MlflowClient, str]:
@@ -36,13 +36,13 @@ def test_an_encoder_over_the_cap_or_switched_off_is_not_logged_and_the_run_says_
     uri, client, run_id = _run(tmp_path)
     config = tiny_config(log_model_max_mb=0.001)  # a kilobyte: the tiny encoder is larger
     model = build_model(config)
-    size = logged.encoder_megabytes(logged.feature_encoder(model))
-    assert logged.log_encoder(client, run_id, model, config, torch.zeros(2, 16, 4)) is None
-    assert client.get_run(run_id).data.tags[logged.MODEL_SKIPPED_TAG] == (
+    size = run_artifacts.encoder_megabytes(run_artifacts.feature_encoder(model))
+    assert run_artifacts.log_encoder(client, run_id, model, config, torch.zeros(2, 16, 4)) is None
+    assert client.get_run(run_id).data.tags[run_artifacts.MODEL_SKIPPED_TAG] == (
         f"encoder is {size:.1f} MB, over log_model_max_mb=0.001; raise the key to log it")
     _, client, other = _run(tmp_path)
-    assert logged.log_encoder(client, other, model, tiny_config(log_model=False), torch.zeros(2, 16, 4)) is None
-    assert logged.MODEL_SKIPPED_TAG not in client.get_run(other).data.tags
+    assert run_artifacts.log_encoder(client, other, model, tiny_config(log_model=False), torch.zeros(2, 16, 4)) is None
+    assert run_artifacts.MODEL_SKIPPED_TAG not in client.get_run(other).data.tags
     # the client's store, not mlflow's global tracking URI (another test may have set that)
     assert list(client.search_logged_models([client.get_run(other).info.experiment_id])) == []
 
@@ -54,16 +54,16 @@ def test_the_encoder_and_the_splits_are_logged_once_to_the_active_run(tmp_path):
     uri, client, run_id = _run(tmp_path)
     for _ in range(2):  # a resumed trial logs nothing twice
         with tracking.fluent_run(uri, run_id=run_id, system_metrics=False):
-            model_id = logged.log_encoder(client, run_id, model, config, data.test_patches[:2])
-            logged.log_dataset_inputs(client, run_id, config, data)
+            model_id = run_artifacts.log_encoder(client, run_id, model, config, data.test_patches[:2])
+            run_artifacts.log_dataset_inputs(client, run_id, config, data)
             client.set_terminated(run_id, "FINISHED")
     run = client.get_run(run_id)
-    assert run.info.status == "FINISHED" and run.data.tags[logged.MODEL_ID_TAG] == model_id
+    assert run.info.status == "FINISHED" and run.data.tags[run_artifacts.MODEL_ID_TAG] == model_id
     assert [m.model_id for m in run.outputs.model_outputs] == [model_id]
     inputs = run.inputs.dataset_inputs
     assert sorted(t.value for i in inputs for t in i.tags if t.key == "mlflow.data.context") == ["test", "train"]
-    assert {i.dataset.digest for i in inputs} == {logged.content_digest(data.train_patches, data.train_labels),
-                                                  logged.content_digest(data.test_patches, data.test_labels)}
+    assert {i.dataset.digest for i in inputs} == {run_artifacts.content_digest(data.train_patches, data.train_labels),
+                                                  run_artifacts.content_digest(data.test_patches, data.test_labels)}
     # by its artifact location: "models:/ID" would resolve through mlflow's global tracking URI
     loaded = mlflow.pytorch.load_model(client.get_logged_model(model_id).artifact_location)
     with torch.no_grad():
@@ -80,12 +80,12 @@ def test_logging_the_inputs_makes_no_float_copy_of_the_splits(tmp_path, monkeypa
     data = prepare_data(config)
     uri, client, run_id = _run(tmp_path)
     with tracking.fluent_run(uri, run_id=run_id, system_metrics=False):
-        logged.log_dataset_inputs(client, run_id, config, data)
+        run_artifacts.log_dataset_inputs(client, run_id, config, data)
     assert "train_patches" not in vars(data) and "test_patches" not in vars(data)  # never made
     inputs = {next(t.value for t in i.tags if t.key == "mlflow.data.context"): i.dataset
               for i in client.get_run(run_id).inputs.dataset_inputs}
-    assert inputs["train"].digest == logged.content_digest(data.train_patches, data.train_labels)
-    assert inputs["test"].digest == logged.content_digest(data.test_patches, data.test_labels)
+    assert inputs["train"].digest == run_artifacts.content_digest(data.train_patches, data.train_labels)
+    assert inputs["test"].digest == run_artifacts.content_digest(data.test_patches, data.test_labels)
     assert json.loads(inputs["train"].profile)["features_shape"] == list(data.train_patches.shape)
 
 
@@ -100,7 +100,7 @@ def test_two_trials_that_log_the_same_splits_at_once_both_succeed(tmp_path, monk
     data = prepare_data(config)
     uri, client, first = _run(tmp_path)
     with tracking.fluent_run(uri, run_id=first, system_metrics=False):
-        logged.log_dataset_inputs(client, first, config, data)
+        run_artifacts.log_dataset_inputs(client, first, config, data)
     misses = []
     real_all = Query.all
 
@@ -113,7 +113,7 @@ def test_two_trials_that_log_the_same_splits_at_once_both_succeed(tmp_path, monk
     monkeypatch.setattr(Query, "all", all_missing_once)
     second = tracking.create_run(client, client.get_run(first).info.experiment_id, "trial")
     with tracking.fluent_run(uri, run_id=second, system_metrics=False):
-        logged.log_dataset_inputs(client, second, config, data)
+        run_artifacts.log_dataset_inputs(client, second, config, data)
     assert misses, "the existence check was not replayed as a miss"
     digests = [{i.dataset.digest for i in client.get_run(run).inputs.dataset_inputs} for run in (first, second)]
     assert digests[0] == digests[1] and len(digests[0]) == 2
@@ -130,5 +130,5 @@ def test_a_store_error_that_is_not_the_race_is_raised_at_once(monkeypatch):
 
     monkeypatch.setattr(mlflow, "log_input", failing)
     with pytest.raises(MlflowException, match="permission denied"):
-        logged._log_input_once(object(), "train")
+        run_artifacts._log_input_once(object(), "train")
     assert calls == ["train"]

@@ -176,7 +176,7 @@ def _look(options: RunOptions, plan: StudyPlan, state: dict[str, Any], sequentia
     A look that finds the seeds of the last recorded one (a look resumed after an interruption,
     or a batch that added no finished trial) is that look again, not a new one."""
     from analysis.claims import resolve_claims
-    from analysis.frame import load_runs, load_study_info
+    from analysis.trials_frame import load_runs, load_study_info
     from analysis.sequential import decide_sequential, seeds_per_cell
 
     info = load_study_info(options.tracking_uri, plan.study.name, options.experiment, state["parent_run_id"])
