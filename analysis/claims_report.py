@@ -24,7 +24,7 @@ from .claims import (CLAIM_COLUMNS, EXACT_COLUMNS, EXTRA_COLUMNS, FUTILITY_POWER
 from .markdown import markdown_table
 from .partial_share import share_sentences
 from .registration import DECLARED, MEANINGS, declared_labels
-from .sequential import Plan, decide_sequential
+from .sequential import SequentialPlan, decide_sequential
 from .stats import ALPHA, POWER
 
 # Colour-blind-safe (seaborn "colorblind"): green better, vermilion worse, blue equivalent, grey open.
@@ -66,7 +66,7 @@ def decide(frame: pd.DataFrame, study: str, info: dict, raw_claims: Sequence[dic
     max_seeds = None  # the sequential plan's, for a run with looks
     if sequential and sequential.get("looks"):
         axes = [a for a in info.get("axes", []) if a in frame]
-        plan = Plan.from_dict(sequential["plan"])
+        plan = SequentialPlan.from_dict(sequential["plan"])
         max_seeds = plan.max_seeds
         table = decide_sequential(frame, claims, axes, plan, sequential["looks"], study, note)
     else:

@@ -52,7 +52,7 @@ def spent(t: float, alpha: float = ALPHA) -> float:
 
 
 @dataclass(frozen=True)
-class Plan:
+class SequentialPlan:
     """The sequential plan, fixed before the first look."""
 
     max_seeds: int
@@ -63,7 +63,7 @@ class Plan:
         return {"max_seeds": self.max_seeds, "alpha": self.alpha, "spending": self.spending}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Plan:
+    def from_dict(cls, data: dict[str, Any]) -> SequentialPlan:
         return cls(int(data["max_seeds"]), float(data.get("alpha", ALPHA)), data.get("spending", SPENDING))
 
     def fraction(self, seeds: int) -> float:
@@ -92,7 +92,7 @@ def at_look(frame: pd.DataFrame, axes: list[str], seeds: dict[str, list[int]]) -
     return frame[keep]
 
 
-def decide_look(frame: pd.DataFrame, claims: list[dict], plan: Plan, look_seeds: int, previous_seeds: int,
+def decide_look(frame: pd.DataFrame, claims: list[dict], plan: SequentialPlan, look_seeds: int, previous_seeds: int,
                 open_hypotheses: set[str] | None, study: str = "", declared: str = "before the run",
                 robustness: bool = True, plan_seeds: bool = True) -> pd.DataFrame:
     """One look: the open hypotheses tested at this look's share of α (see the module); the
@@ -109,7 +109,7 @@ def decide_look(frame: pd.DataFrame, claims: list[dict], plan: Plan, look_seeds:
     return table
 
 
-def decide_sequential(frame: pd.DataFrame, claims: list[dict], axes: list[str], plan: Plan,
+def decide_sequential(frame: pd.DataFrame, claims: list[dict], axes: list[str], plan: SequentialPlan,
                       looks: list[dict[str, list[int] | int]], study: str = "",
                       declared: str = "before the run", robustness: bool = True) -> pd.DataFrame:
     """Replay every recorded look (``looks``: the seeds each cell held, in order, as a list or
@@ -180,7 +180,7 @@ def left_without_seeds(table: pd.DataFrame, max_seeds: int) -> dict[str, float]:
     return {row["hypothesis"]: float(row["n_needed"]) for row in rows.to_dict("records")}
 
 
-def next_seeds(table: pd.DataFrame, claims: list[dict], seeds: dict[str, list[int]], plan: Plan,
+def next_seeds(table: pd.DataFrame, claims: list[dict], seeds: dict[str, list[int]], plan: SequentialPlan,
                batch: int) -> dict[str, list[int]]:
     """The seeds to add before the next look: ``batch`` more (numbered after the cell's last)
     for every cell an inconclusive hypothesis reads, up to the plan's maximum per cell; empty

@@ -39,7 +39,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from .claims import check_claims, decide_claims
-from .sequential import DECIDED, Plan, decide_look, next_seeds
+from .sequential import DECIDED, SequentialPlan, decide_look, next_seeds
 from .stats import ALPHA
 
 DELTA = 0.01
@@ -93,7 +93,7 @@ def run_fixed(trials: pd.DataFrame, claims: list[dict], n: int) -> tuple[pd.Data
 def run_sequential(trials: pd.DataFrame, claims: list[dict], design: Design) -> tuple[pd.DataFrame, int]:
     """The run's loop (studies.seeds_by_need) on pre-drawn trials: look, keep what is decided, add a batch
     where :func:`next_seeds` says. Returns the final verdicts and the trials it ran."""
-    plan = Plan(max_seeds=design.max_seeds)
+    plan = SequentialPlan(max_seeds=design.max_seeds)
     held = {_key(r): list(range(START)) for r in (REFERENCE, *CELLS)}
     decided: dict[str, dict] = {}
     last: dict[str, dict] = {}

@@ -7,7 +7,7 @@ Table 1 (``mae-study report --paper STUDY=path/to/trials.csv``) after the store 
 
 A ``trials.csv`` without ``study.json`` (reports written before it existed) is read against the
 built-in study of the same name, looked up by the caller's ``find_study`` (the study layer's
-``studies.registry.get_study``: analysis sits below studies and never imports it): its paper, reference and zipped groups, provided the file holds
+``studies.named_studies.get_study``: analysis sits below studies and never imports it): its paper, reference and zipped groups, provided the file holds
 exactly that study's full grid (a smoke run or a run with other axis values is refused, since
 nothing in the file would say which it was).
 """

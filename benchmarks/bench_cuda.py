@@ -434,7 +434,7 @@ class Bench:
         :func:`evaluation.evaluate_trial` (every evaluator of the trial's config), each timed."""
         from evaluation import evaluate_trial
         from evaluation.probes import probes_on_device
-        from studies.registry import get_study
+        from studies.named_studies import get_study
 
         study = get_study("mask_ratio")
         study = study.smoke() if self.tiny else study

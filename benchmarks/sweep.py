@@ -22,7 +22,7 @@ def bench_sweep(cores: int | None = None) -> dict[str, Any]:
     import mlflow
     import ray
 
-    from studies.registry import get_study
+    from studies.named_studies import get_study
     from studies.runner import RunOptions, plan_study, run_study
 
     cores = cores or os.cpu_count() or 1

@@ -53,7 +53,7 @@ class StudyPlan:
     reference: dict[str, Any]  # the reference cell of this grid (Study.reference_cell)
     zipped: tuple[dict[str, list[Any]], ...] = ()  # groups of keys that vary together (Study.grid_zipped)
     search: SearchSpec | None = None  # keys sampled for every arm of the grid (studies.search)
-    # --until-decided: the sequential plan (analysis.sequential.Plan.as_dict), named on the
+    # --until-decided: the sequential plan (analysis.sequential.SequentialPlan.as_dict), named on the
     # parent run before the first look
     sequential: dict[str, Any] | None = None
     batch: bool = False  # a batch of seeds added to a study that ran (studies.seeds_by_need): no summary yet

@@ -165,7 +165,7 @@ class Planned:
 
 
 @dataclass(frozen=True)
-class Plan:
+class EvaluationPlan:
     parent: Run | None  # the study's parent run (None: a run without one)
     trials: list[Planned]
     overrides: dict[str, Any]
@@ -181,7 +181,7 @@ class Plan:
 
 
 def plan_evaluation(client: MlflowClient, experiment: str, tracking_uri: str, folder: Path, *,
-                    study: str | None, run_id: str | None, smoke: bool, overrides: dict[str, Any]) -> Plan:
+                    study: str | None, run_id: str | None, smoke: bool, overrides: dict[str, Any]) -> EvaluationPlan:
     """Every check before a run is created: the runs, their checkpoints (downloaded into
     ``folder``), their configs with ``overrides`` and their data (loaded once each)."""
     from mae_core.checkpoint import CheckpointError, load_checkpoint
@@ -216,7 +216,7 @@ def plan_evaluation(client: MlflowClient, experiment: str, tracking_uri: str, fo
             prepare_data(config)  # data problems surface here, before any run exists
             data_checked.add(key)
         planned.append(Planned(trial=trial, source=source, checkpoint=path, config=config))
-    return Plan(parent=parent, trials=planned, overrides=overrides)
+    return EvaluationPlan(parent=parent, trials=planned, overrides=overrides)
 
 
 def _data_key(config: Config) -> tuple:
@@ -228,7 +228,7 @@ def _data_key(config: Config) -> tuple:
 # ---------------------------------------------------------------------------- the runs
 
 
-def parent_tags(plan: Plan, command: str | None) -> dict[str, str]:
+def parent_tags(plan: EvaluationPlan, command: str | None) -> dict[str, str]:
     """The evaluation parent's tags: the study's (an axis set to one value is dropped, and the
     claims with it), what it evaluates, and the keys it changed."""
     source = plan.parent if plan.parent is not None else plan.trials[0].trial
@@ -244,7 +244,7 @@ def parent_tags(plan: Plan, command: str | None) -> dict[str, str]:
     return tags
 
 
-def run_evaluation(plan: Plan, client: MlflowClient, *, tracking_uri: str, experiment: str,
+def run_evaluation(plan: EvaluationPlan, client: MlflowClient, *, tracking_uri: str, experiment: str,
                    baseline_dir: Path | None, command: str | None = None,
                    on_trial: Callable[[Run, str, dict[str, float]], None] | None = None,
                    interrupted_by: Callable[[], str] = lambda: "SIGINT") -> str:

@@ -214,14 +214,14 @@ def run_until_decided(plan: StudyPlan, options: RunOptions, *, max_seeds: int, b
     between looks ends the parent run KILLED and the study unfinished, as during a batch."""
     from mlflow.tracking import MlflowClient
 
-    from analysis.sequential import Plan, left_without_seeds, next_seeds, seeds_per_cell
+    from analysis.sequential import SequentialPlan, left_without_seeds, next_seeds, seeds_per_cell
 
     from .runner import STOP_REQUESTED
 
     check_until_decided(plan, max_seeds)
     STOP_REQUESTED.clear()  # a signal of an earlier study in this process is not this one's
     first = len(plan.axes.get("seed", ()))
-    sequential = Plan(max_seeds=max_seeds)
+    sequential = SequentialPlan(max_seeds=max_seeds)
     plan = replace(plan, sequential={**sequential.as_dict(), "batch": batch or first})
     batch = batch or first
     state = load_state(options.out_dir) if options.resume else None
@@ -375,9 +375,9 @@ def add_seeds(plan: StudyPlan, options: RunOptions, seeds: list[int], *, progres
     client = MlflowClient(options.tracking_uri)
     with _between_looks(client, options, state, interruption):
         if state.get("sequential") is not None:  # a further look of the study's sequential plan
-            from analysis.sequential import Plan
+            from analysis.sequential import SequentialPlan
 
-            sequential = Plan.from_dict(state["sequential"])
+            sequential = SequentialPlan.from_dict(state["sequential"])
             looks = [dict(look) for look in state.get("looks", [])]
             recorded = len(looks)
             table, *_ = _look(options, full, state, sequential, looks)

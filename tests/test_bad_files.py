@@ -16,7 +16,7 @@ from analysis.claims import check_claims, trend_order
 from mae_core.errors import SHOWN_CHARS, UserError, shown
 from studies.cli import main
 from studies.cli.common import UsageError, study_folder
-from studies.registry import STUDIES
+from studies.named_studies import STUDIES
 from studies.study import SEED_LIMIT, check_study_name
 from studies.study_files import StudyFileError, load_study_file
 

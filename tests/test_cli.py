@@ -117,7 +117,7 @@ def test_bad_input_is_one_line_and_exit_2(args, words, bad_files, tmp_path, monk
     own_ray()  # the suite's shared Ray, if an earlier test started it: this test checks none starts
     monkeypatch.chdir(tmp_path)
     if "steps=7" in args:  # an interrupted smoke study whose grid had the default steps
-        from studies.registry import get_study
+        from studies.named_studies import get_study
         from studies.runner import save_state
         from studies.study import cell_id
 

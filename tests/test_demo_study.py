@@ -12,7 +12,7 @@ import pytest
 from analysis import results_text
 from mae_core.config import Config
 from mae_core.data import prepare_data
-from studies.registry import STUDIES
+from studies.named_studies import STUDIES
 from studies.trial import run_trial
 from test_idx import write_idx
 

@@ -38,7 +38,7 @@ def test_sigterm_is_remembered_as_sigterm_and_raised_as_keyboard_interrupt():
 
 def test_the_runner_stops_when_ray_start_up_swallowed_the_signal(tmp_path, monkeypatch):
     from studies import runner
-    from studies.registry import get_study
+    from studies.named_studies import get_study
 
     interruption = Interruption()
 

@@ -35,7 +35,7 @@ from analysis.trials_file import load_trials
 from evaluation import reconstruction_grid
 from mae_core import Config
 from studies.cli import main
-from studies.registry import get_study
+from studies.named_studies import get_study
 
 SEEDS = (0, 1, 2)
 STUDIES = {  # study -> (axis, values, reference, paper)

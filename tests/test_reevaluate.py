@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from analysis.trials_frame import load_runs
 from mae_core import Config
-from studies.reevaluate import EvaluateError, Plan, Planned, config_with, eval_overrides, parent_tags
+from studies.reevaluate import EvaluateError, EvaluationPlan, Planned, config_with, eval_overrides, parent_tags
 
 
 def test_only_eval_keys_may_change():
@@ -39,7 +39,7 @@ def test_an_axis_the_evaluation_sets_is_no_longer_an_axis(tmp_path):
         "study": "partial_finetune", "smoke": "True", "study_axes": json.dumps(["eval.finetune_blocks"]),
         "grid": json.dumps(grid), "reference": json.dumps({"eval.finetune_blocks": 0}), "claims": "[]"})
     trial = client.create_run(experiment, tags={"mlflow.parentRunId": parent.info.run_id})
-    plan = Plan(parent=client.get_run(parent.info.run_id), overrides={"eval.finetune_blocks": "1"},
+    plan = EvaluationPlan(parent=client.get_run(parent.info.run_id), overrides={"eval.finetune_blocks": "1"},
                 trials=[Planned(trial=trial, source=trial.info.run_id, checkpoint=tmp_path, config=Config())])
     tags = parent_tags(plan, "mae-study evaluate partial_finetune eval.finetune_blocks=1")
     assert tags["study"] == "partial_finetune" and tags["smoke"] == "True"

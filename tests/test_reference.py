@@ -9,7 +9,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from analysis.trials_frame import load_study_info
-from studies.registry import STUDIES
+from studies.named_studies import STUDIES
 from studies.study import Study, default_reference, find_cell
 
 EXPECTED = {

@@ -11,7 +11,7 @@ import pytest
 
 from analysis.search import chosen_zip, search_ranking
 from studies.cli import main
-from studies.registry import get_study
+from studies.named_studies import get_study
 from studies.runner import RunOptions, StudySetupError, check_resume, plan_study, save_state, tune_space
 from studies.search import SearchError, check_space, is_range, make_search, parse_range, split_ranges
 

@@ -54,7 +54,7 @@ def finished_study(tmp_path: Path, *, settings: bool = True) -> Path:
     """study.json of the smoke study as a finished run leaves it (no Ray, no MLflow); with
     ``settings`` False as one written before study.json kept its cells' settings."""
     from studies.planning import cell_settings
-    from studies.registry import get_study
+    from studies.named_studies import get_study
     from studies.runner import plan_study, save_state
     from studies.study import cell_id
 
@@ -97,7 +97,7 @@ def test_add_seeds_refuses_overrides_that_change_the_trials_settings(study_file,
 
 
 def test_the_settings_check_passes_the_studys_own_keys_and_seeds(study_file, tmp_path):
-    from studies.registry import get_study
+    from studies.named_studies import get_study
     from studies.runner import load_state, plan_study
     from studies.seeds_by_need import check_same_settings
 
@@ -122,7 +122,7 @@ def test_until_decided_refuses_overrides_that_take_a_claims_cell_away(study_file
 
 
 def test_until_decided_keeps_claims_that_overrides_leave_in_place(study_file):
-    from studies.registry import get_study
+    from studies.named_studies import get_study
     from studies.runner import plan_study
     from studies.seeds_by_need import check_claims_fit
 
@@ -168,7 +168,7 @@ def test_the_look_loop_ends_when_a_batch_adds_no_finished_trial(study_file, tmp_
     import mlflow.tracking
 
     from studies import seeds_by_need
-    from studies.registry import get_study
+    from studies.named_studies import get_study
     from studies.runner import RunOptions, plan_study
 
     rng = np.random.default_rng(0)

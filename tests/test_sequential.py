@@ -9,7 +9,7 @@ import pytest
 
 from analysis.claims import MAX_SEEDS, check_claims
 from analysis.claims import FUTILITY_POWER
-from analysis.sequential import Plan, decide_sequential, next_seeds, seeds_per_cell, spent
+from analysis.sequential import SequentialPlan, decide_sequential, next_seeds, seeds_per_cell, spent
 from analysis.stats import ALPHA
 
 AXES = {"mask_ratio": [0.5, 0.75]}
@@ -36,7 +36,7 @@ def trials(effect: float, sd: float, seeds: dict[str, list[int]], rng_seed: int)
     return pd.DataFrame(rows)
 
 
-def run_until_decided(effect: float, sd: float, plan: Plan, start: int = 5, batch: int = 5, rng_seed: int = 0,
+def run_until_decided(effect: float, sd: float, plan: SequentialPlan, start: int = 5, batch: int = 5, rng_seed: int = 0,
                       delta: float = 0.01, robustness: bool = False, every_look: bool = False):
     """The run's loop on planted data; ``every_look`` takes every look up to the plan's maximum
     for an open claim (no futility by need: the worst case for the error rate)."""
@@ -61,13 +61,13 @@ def test_the_spending_function_spends_alpha_by_the_end_and_never_more():
 
 
 def test_a_large_planted_effect_is_decided_at_the_first_look_with_no_extra_seeds():
-    table, looks = run_until_decided(effect=0.05, sd=0.002, plan=Plan(max_seeds=20), robustness=True)
+    table, looks = run_until_decided(effect=0.05, sd=0.002, plan=SequentialPlan(max_seeds=20), robustness=True)
     assert len(looks) == 1 and table.iloc[0]["verdict"] == "better" and table.iloc[0]["look"] == 1
     assert table.iloc[0]["n"] == 5
 
 
 def test_a_zero_effect_with_small_spread_adds_seeds_until_equivalent():
-    table, looks = run_until_decided(effect=0.0, sd=0.008, plan=Plan(max_seeds=40))
+    table, looks = run_until_decided(effect=0.0, sd=0.008, plan=SequentialPlan(max_seeds=40))
     row = table.iloc[0]
     assert len(looks) > 1 and row["verdict"] == "equivalent" and row["n"] > 5
     assert row["look"] == len(looks)  # decided at the last look taken: no seeds added after it
@@ -84,7 +84,7 @@ def test_a_trend_shown_to_go_both_ways_gets_no_more_seeds():
     frame = pd.DataFrame([{"status": "FINISHED", "seed": s, "mask_ratio": r,
                            "probe_linear_acc": means[r] + rng.normal(0, 0.004)} for r in ratios for s in range(5)])
     seeds = seeds_per_cell(frame, ["mask_ratio"])
-    plan = Plan(max_seeds=25)
+    plan = SequentialPlan(max_seeds=25)
     look = dict(robustness=False)  # as the run's looks decide (studies.seeds_by_need)
     table = decide_sequential(frame, declared, ["mask_ratio"], plan, [{c: 5 for c in seeds}], **look)
     assert table.iloc[0]["verdict"] == "inconclusive" and table.iloc[0]["n_needed"] == MAX_SEEDS
@@ -113,7 +113,7 @@ def test_a_claim_the_plans_seeds_would_not_decide_gets_none_and_the_others_still
     frame = pd.DataFrame([{"status": "FINISHED", "seed": s, "mask_ratio": r,
                            "probe_linear_acc": 0.9 + shared[s] + gap[r][s]} for r in ratios for s in range(5)])
     seeds = seeds_per_cell(frame, ["mask_ratio"])
-    plan = Plan(max_seeds=20)
+    plan = SequentialPlan(max_seeds=20)
     table = decide_sequential(frame, declared, ["mask_ratio"], plan, [{c: 5 for c in seeds}], robustness=False)
     rows = table.set_index("cell")
     assert (rows["verdict"] == "inconclusive").all()
@@ -122,7 +122,7 @@ def test_a_claim_the_plans_seeds_would_not_decide_gets_none_and_the_others_still
     assert next_seeds(table, declared, seeds, plan, 5) == {"mask_ratio=0.25": [5, 6, 7, 8, 9],
                                                            "mask_ratio=0.75": [5, 6, 7, 8, 9]}
     # with room for more seeds, the far claim gets them too
-    roomy = Plan(max_seeds=200)
+    roomy = SequentialPlan(max_seeds=200)
     table = decide_sequential(frame, declared, ["mask_ratio"], roomy, [{c: 5 for c in seeds}], robustness=False)
     assert set(next_seeds(table, declared, seeds, roomy, 5)) == {f"mask_ratio={r}" for r in ratios}
 
@@ -145,7 +145,7 @@ def test_on_null_data_the_sequential_false_decision_rate_stays_at_most_alpha():
     """200 simulated studies with no true difference, looks at 5, 10, 15 and 20 seeds: a false
     'better' or 'worse' at any look counts. By the union bound the rate is at most α; the
     allowance above α is three binomial standard errors of the simulation."""
-    plan = Plan(max_seeds=20)
+    plan = SequentialPlan(max_seeds=20)
     false = 0
     studies = 200
     for rng_seed in range(studies):
@@ -160,7 +160,7 @@ def test_on_null_data_the_sequential_false_decision_rate_stays_at_most_alpha():
 @pytest.mark.slow
 def test_a_true_effect_beyond_delta_is_rarely_called_equivalent():
     """The other error: an effect of 1.5·delta declared equivalent. At most α, simulated."""
-    plan = Plan(max_seeds=20)
+    plan = SequentialPlan(max_seeds=20)
     studies = 150
     wrong = sum(run_until_decided(effect=0.015, sd=0.01, plan=plan, rng_seed=s, every_look=True)[0].iloc[0]["verdict"]
                 == "equivalent" for s in range(studies))
@@ -173,7 +173,7 @@ def test_a_sequential_report_says_where_seeds_went_and_that_a_left_claim_was_sti
     seeds = {CELL: list(range(5)), REFERENCE: list(range(5))}
     frame = trials(effect=0.001, sd=0.03, seeds=seeds, rng_seed=0)
     info = {"axes": ["mask_ratio"], "grid": {"mask_ratio": [0.5, 0.75]}, "reference": {"mask_ratio": 0.75},
-            "sequential": {"plan": Plan(max_seeds=10).as_dict(), "looks": [{CELL: 5, REFERENCE: 5}]}}
+            "sequential": {"plan": SequentialPlan(max_seeds=10).as_dict(), "looks": [{CELL: 5, REFERENCE: 5}]}}
     raw = [{"name": "c", "metric": "probe_linear_acc", "kind": "vs_reference"}]
     claims = decide(frame, "s", info, raw, "before the run")
     row = claims.table.iloc[0]
@@ -190,7 +190,7 @@ def test_a_sequential_reports_what_was_run_sets_its_trials_and_flops_against_a_f
     # looks at 5 and 10 seeds: the reference cell got 5 more, the other did not (15 trials of 2 x 20)
     frame = pd.DataFrame({"mask_ratio": [0.5] * 5 + [0.75] * 10, "seed": [*range(5), *range(10)],
                           "steps": [100] * 15, "flops_per_update": [2.0] * 5 + [1.0] * 10})
-    info = {"axes": ["mask_ratio"], "sequential": {"plan": Plan(max_seeds=20).as_dict(),
+    info = {"axes": ["mask_ratio"], "sequential": {"plan": SequentialPlan(max_seeds=20).as_dict(),
                                                    "looks": [{CELL: 5, REFERENCE: 5}, {CELL: 5, REFERENCE: 10}]}}
     text = _seeds_by_need(frame, info)
     assert text.startswith("2 look(s) at up to 5, 10 seeds per cell; 15 trials against 40 for a fixed grid")

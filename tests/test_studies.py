@@ -9,7 +9,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from mae_core import Config
-from studies.registry import STUDIES, get_study
+from studies.named_studies import STUDIES, get_study
 from studies.runner import RunOptions, plan_study, run_study
 from studies.study import Study, cell_id
 

@@ -8,7 +8,7 @@ import pytest
 
 from mae_core import Config
 from studies.cli import main
-from studies.registry import STUDIES, get_study
+from studies.named_studies import STUDIES, get_study
 from studies.runner import plan_study
 from studies.study_files import BUILTIN_FOLDER, StudyFileError, load_study_file, write_template
 

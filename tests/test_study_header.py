@@ -123,7 +123,7 @@ def test_a_report_refuses_a_run_of_the_other_kind_naming_the_flag(tmp_path):
 def test_the_runner_writes_the_tags_it_always_wrote(tmp_path):
     from studies.planning import RunOptions, plan_study
     from studies.registration import registration_tags
-    from studies.registry import get_study
+    from studies.named_studies import get_study
     from studies.runner import study_header
     from studies import tracking
 

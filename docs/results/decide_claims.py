@@ -24,7 +24,7 @@ from analysis.claims_report import decide, write_claims
 from analysis.findings import write_findings
 from analysis.tables import write_correlations
 from analysis.trials_file import load_trials
-from studies.registry import get_study
+from studies.named_studies import get_study
 
 HERE = Path(__file__).resolve().parent
 AFTER = ("written after these trials ran, from the paper's rows (the trials predate declared claims), not chosen "

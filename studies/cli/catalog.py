@@ -13,7 +13,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..registry import STUDIES
+    from ..named_studies import STUDIES
     from ..study_files import StudyFileError, load_study_file, local_files
 
     table = Table("study", "mirrors", "axes (× seeds)", "trials", "smoke")

@@ -117,7 +117,7 @@ def _report_paper(args: argparse.Namespace) -> int:
                              f"(give it as {source.study}=STORE, or pass --tracking-uri)")
         check_readable_store(source.tracking_uri)
     out = writable_folder(Path(args.report_dir) if args.report_dir else Path(args.out) / "paper", "--report-dir")
-    from ..registry import get_study
+    from ..named_studies import get_study
 
     paths = write_paper(sources, out, formats=formats, experiment=args.experiment, smoke=args.smoke,
                         find_study=get_study)

@@ -16,7 +16,7 @@ DEFAULT_MAX_SEEDS = 20  # --until-decided without --max-seeds
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..registry import get_study
+    from ..named_studies import get_study
     from ..runner import plan_study
     from ..search import split_ranges
 

@@ -20,7 +20,7 @@ def cmd_variance(args: argparse.Namespace) -> int:
     from analysis.variance import DEFAULT_LEVELS, VARIANCE_DIR, variance_design
 
     from ..planning import plan_study
-    from ..registry import get_study
+    from ..named_studies import get_study
 
     levels = DEFAULT_LEVELS if args.levels is None else args.levels
     if levels < 2:

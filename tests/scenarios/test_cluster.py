@@ -7,7 +7,7 @@ import mlflow
 import pytest
 
 from conftest import own_ray
-from studies.registry import get_study
+from studies.named_studies import get_study
 from studies.runner import RunOptions, plan_study, run_study
 
 pytestmark = pytest.mark.slow

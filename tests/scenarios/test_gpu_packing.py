@@ -10,7 +10,7 @@ import mlflow
 import pandas as pd
 
 from conftest import own_ray
-from studies.registry import get_study
+from studies.named_studies import get_study
 from studies.runner import RunOptions, plan_study, run_study
 
 

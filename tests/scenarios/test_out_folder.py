@@ -22,7 +22,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, ML
 from conftest import Command, run_cli
 from mae_core import Config, prepare_data
 from studies.run_artifacts import MODEL_ID_TAG, content_digest
-from studies.registry import get_study
+from studies.named_studies import get_study
 from studies.runner import plan_study
 
 ARGS = ["mask_ratio", "--smoke", "seeds=0", "--out", "out"]
