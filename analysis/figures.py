@@ -36,7 +36,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.transforms import offset_copy
 
-from evaluation.metrics import ACCURACY, METRICS, all_rows
+from evaluation.metrics import ACCURACY, METRICS, Metric, all_rows
 from mae_core.config import Config, declared_choices
 
 from .intervals import LEVEL, mean_interval
@@ -54,16 +54,31 @@ FONT_SIZES = {"font.size": 8, "axes.labelsize": 8, "axes.titlesize": 8,
 SEED_OFFSET = 6.0  # points from a cell's mean marker to its seeds (clear of the marker's 1.75 pt radius)
 _LEGEND_ROOM = 0.5  # inches of height a figure adds for the legend below its panels
 
-# Labels, units and references come from the one metric table (evaluation.metrics).
-METRIC_LABELS = {m.name: m.label for m in METRICS.values() if m.kind == "downstream" or m.unit == "s"}
-RISK_LABELS = {m.name: m.label for m in METRICS.values() if m.unit == "target" and m.kind != "bookkeeping"
-               or m.name == "train_loss"}
-# The reference each downstream metric is read against (seed 001: frozen MAE features can probe
-# below a random encoder, so the random-init value belongs on the same axes), and the further
-# baselines (raw pixels, a from-scratch model): every one a band on the metric's panel.
-REFERENCES = {m.name: m.reference for m in METRICS.values() if m.reference is not None}
-REFERENCE_NAMES = {m.name: m.reference_name for m in METRICS.values() if m.reference_name is not None}
-BASELINES = {m.name: tuple(b for b in (m.reference, *m.baselines) if b) for m in METRICS.values()}
+# Labels, units and references come from the one metric table (evaluation.metrics), read at each
+# call rather than kept as constants, so a plugin evaluator's rows registered after import count too.
+
+
+def _row(metric: str) -> Metric | None:
+    """``metric``'s row among the table's fixed rows and the plugin evaluators' (a layer-wise
+    ``probe_*_blockN`` name is neither: it gets no bands); None when it has none."""
+    return next((row for row in all_rows() if row.name == metric), None)
+
+
+def _risk_label(metric: str) -> str | None:
+    """A risk-like row's label (target units: the risks, baseline, diagnostics, the training loss)."""
+    row = _row(metric)
+    risk_like = row is not None and (row.unit == "target" and row.kind != "bookkeeping" or row.name == "train_loss")
+    return row.label if risk_like else None
+
+
+def _baselines(metric: str) -> tuple[str, ...]:
+    """The metrics drawn as bands on ``metric``'s panel: the reference it is read against (seed
+    001: frozen MAE features can probe below a random encoder, so the random-init value belongs
+    on the same axes), then the further baselines (raw pixels, a from-scratch model)."""
+    row = _row(metric)
+    return tuple(b for b in (row.reference, *row.baselines) if b) if row else ()
+
+
 # How each baseline band looks (its name is the metric's reference_name, else "random init").
 BASELINE_STYLES = {
     "random init": {"color": "0.45", "ls": "--"},  # grey: context, not a result
@@ -118,12 +133,14 @@ def _width(width: float | str) -> float:
 
 def metric_label(metric: str, frame: pd.DataFrame | None = None) -> str:
     """Axis label with units: accuracies in %; risks in pixel² for raw targets, target units² otherwise."""
-    if metric in RISK_LABELS:
+    risk = _risk_label(metric)
+    if risk is not None:
         raw = frame is None or "target" not in frame or (frame["target"].dropna() == "raw").all()
-        return f"{RISK_LABELS[metric]} ({'pixel²' if raw else 'target'} units)"
+        return f"{risk} ({'pixel²' if raw else 'target'} units)"
     if is_accuracy(metric) and metric in METRICS:
         return METRICS[metric].label.replace(f" {ACCURACY}", " accuracy (%)")
-    return METRIC_LABELS.get(metric, metric.replace("_", " "))
+    row = _row(metric)
+    return row.label if row and (row.kind == "downstream" or row.unit == "s") else metric.replace("_", " ")
 
 
 def is_continuous(axis: str) -> bool:
@@ -239,7 +256,10 @@ def _bounds(metric: str) -> tuple[float, float]:
 def _baseline_name(metric: str) -> str:
     """A band's legend name: every ``random_*`` metric is the same evaluation of the random-init
     model (its fine-tuning too), so one name and one style serve every panel."""
-    return "random init" if metric.startswith("random_") else REFERENCE_NAMES.get(metric, metric)
+    if metric.startswith("random_"):
+        return "random init"
+    row = _row(metric)
+    return row.reference_name if row and row.reference_name else metric
 
 
 def _seed_values(data: pd.DataFrame, column: str) -> pd.Series:
@@ -393,12 +413,12 @@ def metric_vs_axis(frame: pd.DataFrame, axis: str, metrics: Sequence[str], *,
     seeds as points, each cell's mean with its 95% t-interval, baselines as bands."""
     data = _finished(frame)
     inches = _width(width)
-    present = [b for m in metrics for b in BASELINES.get(m, ())]
+    present = [b for m in metrics for b in _baselines(m)]
     with _styled():
         fig, axes, panel = _grid(len(metrics), inches, legend=bool(hue) or any(_has(data, b) for b in present))
         entries = []
         for ax, metric in zip(axes, metrics):
-            entries += _draw_panel(ax, data, axis, metric, hue, BASELINES.get(metric, ()), panel)
+            entries += _draw_panel(ax, data, axis, metric, hue, _baselines(metric), panel)
         _finish_legends(fig, entries, hue)
     return fig
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from analysis import figures
 from analysis.labels import PART_REGISTRIES, VALUE_LABELS, baseline_rows, table_columns, value_text
 from analysis.report_figures import probe_panels
 from evaluation.metrics import Metric
@@ -33,6 +34,12 @@ def test_a_plugin_probe_registered_later_is_a_column_a_baseline_fill_and_a_panel
     assert list(table_columns())[-1] == "probe_ridge_acc" and table_columns()["probe_ridge_acc"] == "ridge"
     assert baseline_rows()["random init"]["probe_ridge_acc"] == "random_probe_ridge_acc"
     assert probe_panels()[-1] == "probe_ridge_acc"
+
+
+def test_a_plugin_probe_registered_later_has_its_reference_drawn_as_a_band(a_plugin_probe):
+    assert figures._baselines("probe_ridge_acc") == ("random_probe_ridge_acc",)
+    assert figures._baselines("probe_linear_acc") == ("random_probe_linear_acc", "pixel_probe_linear_acc")
+    assert figures._baselines("probe_linear_acc_block2") == ()  # a layer's panel: no final-layer bands
 
 
 def test_the_built_in_columns_rows_and_panels_keep_their_order():
