@@ -35,11 +35,6 @@ DEMO = "fashion_mask_ratio"  # the study `make demo` runs (Makefile) where Fashi
 ORDER = (DEMO, "fashion_objectives", "fashion_mask_token", "fashion_decoder_depth", "fashion_decoder_width",
          "fashion_target", "fashion_mask_sampling", "mask_ratio", "objectives", "mask_token", "decoder_depth", "decoder_width", "target", "mask_sampling",
          "corruption", "schedule", "partial_finetune", "lesson", "lesson_large_decoder")
-# Per-cell columns shown when the trials logged them: (metric, heading, format).
-CELL_COLUMNS = (("test_mae_risk", "masked risk", ".4f"), ("test_rec_risk", "reconstruction risk", ".4f"),
-                ("test_den_risk", "denoising risk", ".4f"), ("probe_linear_acc", "linear probe", ".3f"),
-                ("probe_fewshot_acc", "few-shot", ".3f"), ("probe_knn_acc", "kNN", ".3f"),
-                ("finetune_acc", "fine-tune", ".3f"), ("partial_finetune_acc", "partial fine-tune", ".3f"))
 
 
 # A report's testbed, from its trials' dataset (issue 34): Fashion-MNIST's 10,000 test images can
@@ -128,21 +123,6 @@ def _exact(row) -> str:
         return ""
     agrees = getattr(row, "exact_agrees", "")
     return f"{int(value)}" + (f" ({agrees})" if isinstance(agrees, str) and agrees else "")
-
-
-def _cell_table(trials: pd.DataFrame) -> pd.DataFrame:
-    axes = list(trials.columns[: list(trials.columns).index("seed")])
-    finished = trials[trials["status"] == "FINISHED"]
-    columns = [(m, h, f) for m, h, f in CELL_COLUMNS if m in finished and finished[m].notna().any()]
-    rows = []
-    for key, group in finished.groupby(axes, sort=False, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        row = {", ".join(axes): ", ".join(map(str, key)), "n": len(group)}
-        for metric, heading, fmt in columns:
-            values = group[metric].dropna()
-            row[heading] = f"{values.mean():{fmt}} ± {values.std():{fmt}}" if len(values) > 1 else "—"
-        rows.append(row)
-    return pd.DataFrame(rows)
 
 
 def _counts(claims: pd.DataFrame) -> str:
