@@ -229,38 +229,95 @@ def choose_knn_k(fit_x: np.ndarray, fit_y: np.ndarray, val_x: np.ndarray, val_y:
     return _first_best(usable, [knn_accuracy(fit_x, fit_y, val_x, val_y, k) for k in usable])
 
 
+@dataclass(frozen=True)
+class ProbeInputs:
+    """What a frozen-feature probe reads: features ``[N,F]`` of the training and test splits with
+    their labels, the validation split's ``choice`` (fit features, fit labels, validation features,
+    validation labels), the trial's ``settings`` and ``seed``, and the ``device`` a head trains on."""
+
+    train_x: Features
+    train_y: np.ndarray
+    test_x: Features
+    test_y: np.ndarray
+    choice: tuple
+    settings: EvalConfig
+    seed: int
+    device: torch.device | None
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """A probe's settings chosen on the validation split (``{metric suffix: value}``, logged as
+    ``<prefix><suffix>``) and ``test()``, its refitted probe's accuracy on the test split."""
+
+    settings: dict[str, float]
+    test: Callable[[], float]
+
+
+def _linear_probe(inputs: ProbeInputs) -> Chosen:
+    """The linear probe: ``eval.linear_head``'s C (logreg) or SGD base step size (bn_linear)."""
+    x = inputs
+    if x.settings.linear_head == "bn_linear":
+        recipe = BNLinearRecipe.of(x.settings)
+        lr = choose_bn_linear_lr(*x.choice, x.settings.bn_linear_lrs, seed=x.seed, recipe=recipe, device=x.device)
+        return Chosen({"linear_lr": float(lr)}, lambda: bn_linear_accuracy(
+            x.train_x, x.train_y, x.test_x, x.test_y, lr, seed=x.seed, recipe=recipe, device=x.device))
+    c = choose_linear_c(*x.choice, x.settings.linear_cs)
+    return Chosen({"linear_c": float(c)}, lambda: linear_probe_accuracy(x.train_x, x.train_y, x.test_x, x.test_y, C=c))
+
+
+def _fewshot_probe(inputs: ProbeInputs) -> Chosen:
+    """The few-shot probe: its C, on ``eval.fewshot`` shots per class over ``eval.fewshot_draws`` draws."""
+    x, s = inputs, inputs.settings
+    c = choose_fewshot_c(*x.choice, s.linear_cs, s.fewshot, x.seed, s.fewshot_draws)
+    return Chosen({"fewshot_c": float(c)}, lambda: fewshot_accuracy(
+        x.train_x, x.train_y, x.test_x, x.test_y, s.fewshot, x.seed, draws=s.fewshot_draws, C=c))
+
+
+def _knn_probe(inputs: ProbeInputs) -> Chosen:
+    """The kNN vote: its k."""
+    x = inputs
+    k = choose_knn_k(*x.choice, x.settings.knn_ks)
+    return Chosen({"knn_k": float(k)}, lambda: knn_accuracy(x.train_x, x.train_y, x.test_x, x.test_y, k))
+
+
+@dataclass(frozen=True)
+class FrozenProbeKind:
+    """One probe of frozen features: ``accuracy``, the suffix of its test accuracy's metric
+    (``probe_`` + ``linear_acc``); ``chooses``, the suffixes of the settings it may log as chosen;
+    ``choose(inputs) -> Chosen``, its choices on the validation split."""
+
+    accuracy: str
+    chooses: tuple[str, ...]
+    choose: Callable[[ProbeInputs], Chosen]
+
+
+# The frozen-feature probes, in the order they choose, are tested and are logged (the few-shot
+# draws and the bn_linear head seed their own generators, so the order is the metrics' too).
+FROZEN_PROBE_KINDS: tuple[FrozenProbeKind, ...] = (
+    FrozenProbeKind("linear_acc", ("linear_c", "linear_lr"), _linear_probe),
+    FrozenProbeKind("fewshot_acc", ("fewshot_c",), _fewshot_probe),
+    FrozenProbeKind("knn_acc", ("knn_k",), _knn_probe),
+)
+
+
 def feature_probes(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
                    split: ValidationSplit, settings: EvalConfig, *, seed: int,
                    prefix: str = "probe_", device: torch.device | None = None) -> dict[str, float]:
-    """Linear, few-shot and kNN accuracy on the test split of features ``[N,F]``, every setting
-    chosen on ``split`` first (logged as ``<prefix>linear_c``, or ``<prefix>linear_lr`` for the
-    bn_linear head, ``<prefix>fewshot_c``, ``<prefix>knn_k``), then refitted on the whole
-    training split. The bn_linear head trains on ``device`` (default the CPU)."""
+    """The test accuracy of each probe of :data:`FROZEN_PROBE_KINDS` (linear, few-shot, kNN) on
+    features ``[N,F]``, every setting chosen on ``split`` first (logged as ``<prefix>linear_c``,
+    or ``<prefix>linear_lr`` for the bn_linear head, ``<prefix>fewshot_c``, ``<prefix>knn_k``),
+    then refitted on the whole training split. The bn_linear head trains on ``device`` (default
+    the CPU)."""
     fit, val = split.fit, split.val
-    choice = (train_x[fit], train_y[fit], train_x[val], train_y[val])
-    if settings.linear_head == "bn_linear":
-        recipe = BNLinearRecipe.of(settings)
-        lr = choose_bn_linear_lr(*choice, settings.bn_linear_lrs, seed=seed, recipe=recipe, device=device)
-        linear_chosen = {f"{prefix}linear_lr": float(lr)}
-
-        def linear_test() -> float:
-            return bn_linear_accuracy(train_x, train_y, test_x, test_y, lr, seed=seed, recipe=recipe, device=device)
-    else:
-        c = choose_linear_c(*choice, settings.linear_cs)
-        linear_chosen = {f"{prefix}linear_c": float(c)}
-
-        def linear_test() -> float:
-            return linear_probe_accuracy(train_x, train_y, test_x, test_y, C=c)
-    fewshot_c = choose_fewshot_c(*choice, settings.linear_cs, settings.fewshot, seed, settings.fewshot_draws)
-    k = choose_knn_k(*choice, settings.knn_ks)
+    inputs = ProbeInputs(train_x, train_y, test_x, test_y, (train_x[fit], train_y[fit], train_x[val], train_y[val]),
+                         settings, seed, device)
+    chosen = [(kind, kind.choose(inputs)) for kind in FROZEN_PROBE_KINDS]
     # Every choice is made: the test split is read once, by the refitted probes.
-    return {
-        f"{prefix}linear_acc": linear_test(),
-        f"{prefix}fewshot_acc": fewshot_accuracy(train_x, train_y, test_x, test_y, settings.fewshot,
-                                                 seed, draws=settings.fewshot_draws, C=fewshot_c),
-        f"{prefix}knn_acc": knn_accuracy(train_x, train_y, test_x, test_y, k),
-        **linear_chosen, f"{prefix}fewshot_c": float(fewshot_c), f"{prefix}knn_k": float(k),
-    }
+    metrics = {f"{prefix}{kind.accuracy}": made.test() for kind, made in chosen}
+    for _, made in chosen:
+        metrics.update({f"{prefix}{name}": value for name, value in made.settings.items()})
+    return metrics
 
 
 # ------------------------------------------------------------------------------ features

@@ -226,6 +226,17 @@ def recorded(tiny):
     return metrics, calls
 
 
+def test_every_frozen_probe_kind_has_its_rows_for_every_baseline():
+    """A kind of FROZEN_PROBE_KINDS logs its accuracy and its chosen settings under probe_ and
+    each baseline prefix: each name is a row the frozen_probes evaluator declares."""
+    from evaluation.probe_evaluators import FrozenProbes
+
+    for kind in probes.FROZEN_PROBE_KINDS:
+        for prefix in ("probe_", *FrozenProbes.baselines):
+            for suffix in (kind.accuracy, *kind.chooses):
+                assert FrozenProbes.declares(prefix + suffix), prefix + suffix
+
+
 def test_choices_never_see_the_test_split(tiny, recorded):
     model, config, data = tiny
     metrics, calls = recorded
