@@ -468,7 +468,9 @@ class Config(BaseModel):
         100.0, gt=0.0, description="MB; a larger encoder is not logged (the run's model_not_logged tag says why)")
 
     # downstream evaluation (probes and fine-tuning), as eval.<key>
-    eval: EvalConfig = Field(EvalConfig(), description="probe and fine-tuning settings (the eval.* keys)")
+    # A factory, not an instance: validating EvalConfig's evaluator names needs the evaluator
+    # registry, which is still filling when evaluation.* is what imports this module first.
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="probe and fine-tuning settings (the eval.* keys)")
 
     def __init__(self, **keys: Any):
         try:

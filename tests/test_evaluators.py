@@ -252,3 +252,23 @@ def test_naming_the_three_logs_what_probes_logs(tmp_path):
     assert evaluate_trial(model, named, data, baselines=cache) == expected
     assert evaluate_trial(model, named, data, baselines=cache) == expected  # read back: the same numbers
     assert [how for _, how in cache.outcomes] == ["computed", "computed", "reused", "reused"]
+
+
+@pytest.mark.slow  # a fresh interpreter per module (test-fast leaves subprocesses out)
+@pytest.mark.parametrize("first", ["evaluation.metrics", "evaluation.evaluators", "mae_core.config"])
+def test_any_module_may_be_imported_first(first):
+    """The evaluator registry fills from evaluation.evaluators, whose settings views import
+    mae_core.config: a config validated while that import is under way would see no evaluators
+    (``risks, probes not one of``). Whichever module a program imports first, the metric rows and
+    a default Config are there."""
+    import subprocess
+    import sys
+
+    program = (f"import {first}\n"
+               "from evaluation.metrics import all_rows\n"
+               "from mae_core.config import Config\n"
+               "assert 'probe_linear_acc' in {row.name for row in all_rows()}\n"
+               "assert Config().eval.evaluators == ('risks', 'probes')\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
