@@ -85,10 +85,8 @@ test: $(STAMP) $(TIMM_STAMP)
 	  echo "make: the encoder=timm tests, in $(TIMM_VENV) ($(TIMM_TORCH))"; \
 	  $(TIMM_VENV)/bin/python -m pytest -k timm -p no:cacheprovider; fi
 
-# The inner loop: everything but Ray, subprocesses and scenarios (tests/scenarios). Measured with
-# `time make test-fast`'s line on two cores that three other test runs shared (load 5): 234 s wall,
-# 164 s of CPU (user+sys), so about 80-90 s on two idle cores; before one intra-op thread per test
-# process (tests/conftest.py), 200 s wall and 232 s of CPU on the same machine, 145-212 s idle.
+# The inner loop: everything but Ray, subprocesses and scenarios (tests/scenarios): 87 s on two idle
+# cores on a fresh clone (`/usr/bin/time make test-fast`, 2026-12-06); `make test` took 765-889 s there.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" -n auto --maxprocesses 4 --dist loadscope
 
