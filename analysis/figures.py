@@ -64,9 +64,8 @@ def _row(metric: str) -> Metric | None:
     return next((row for row in all_rows() if row.name == metric), None)
 
 
-def _risk_label(metric: str) -> str | None:
+def _risk_label(row: Metric | None) -> str | None:
     """A risk-like row's label (target units: the risks, baseline, diagnostics, the training loss)."""
-    row = _row(metric)
     risk_like = row is not None and (row.unit == "target" and row.kind != "bookkeeping" or row.name == "train_loss")
     return row.label if risk_like else None
 
@@ -133,13 +132,13 @@ def _width(width: float | str) -> float:
 
 def metric_label(metric: str, frame: pd.DataFrame | None = None) -> str:
     """Axis label with units: accuracies in %; risks in pixel² for raw targets, target units² otherwise."""
-    risk = _risk_label(metric)
+    row = _row(metric)
+    risk = _risk_label(row)
     if risk is not None:
         raw = frame is None or "target" not in frame or (frame["target"].dropna() == "raw").all()
         return f"{risk} ({'pixel²' if raw else 'target'} units)"
     if is_accuracy(metric) and metric in METRICS:
         return METRICS[metric].label.replace(f" {ACCURACY}", " accuracy (%)")
-    row = _row(metric)
     return row.label if row and (row.kind == "downstream" or row.unit == "s") else metric.replace("_", " ")
 
 

@@ -25,10 +25,6 @@ from .search import chosen_zip, search_ranking
 from .stats import ALPHA, EXPLORATORY, POWER, baseline_comparisons, paired_comparisons, verdict
 from .tables import present
 
-# Axes that change what a risk measures: a risk is compared or correlated only among cells
-# that agree on all of them.
-RISK_CHANGING_AXES = RISK_MEANING_AXES
-
 
 def cell_text(values: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in values.items()) or "all"
@@ -69,7 +65,7 @@ def _comparison_metrics(frame: pd.DataFrame, axes: Sequence[str]) -> list[str]:
     (otherwise a lower risk could mean an easier task, not a better model)."""
     finished = frame[frame["status"] == "FINISHED"]
     metrics = present(finished, DOWNSTREAM_METRICS)
-    if not any(a in RISK_CHANGING_AXES for a in axes):
+    if not any(a in RISK_MEANING_AXES for a in axes):  # axes that change what a risk measures
         metrics = present(finished, RISK_METRICS) + metrics
     return metrics
 

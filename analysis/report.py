@@ -61,7 +61,7 @@ def write_report(study: str, tracking_uri: str, out_dir: Path, *, formats: Seque
     frame = load_runs(tracking_uri, study, experiment, info["run_id"])
     out = _writable(out_dir)
     info["axes"] = [a for a in info["axes"] if a in frame]
-    context = ReportContext(study, tracking_uri, experiment, info, frame, info["axes"], out, formats,
+    context = ReportContext(study, tracking_uri, experiment, info, frame, out, formats,
                             variance_dir or out.parent / variance.VARIANCE_DIR)
     parts = [part for section in (SECTIONS if sections is None else sections) for part in section.parts(context)]
     index = out / "index.html"

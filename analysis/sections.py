@@ -36,14 +36,18 @@ class ReportContext:
     study: str
     tracking_uri: str
     experiment: str
-    info: dict
+    info: dict  # its "axes": the study's axes found in the frame (write_report keeps only those)
     frame: pd.DataFrame
-    axes: list[str]  # the study's axes found in the frame
     out: Path  # the report folder, writable
     formats: Sequence[str]  # figure formats
     variance_dir: Path  # where `mae-study variance` wrote variance.csv (maybe nowhere)
     files: list[str] = field(default_factory=list)  # what the sections wrote, in order
     _shared: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def axes(self) -> list[str]:
+        """The study's axes found in the frame."""
+        return self.info["axes"]
 
     @property
     def by(self) -> list[str]:

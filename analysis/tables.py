@@ -21,10 +21,6 @@ from .trials_frame import DOWNSTREAM_METRICS, FINAL_METRICS, RISK_METRICS
 from .markdown import markdown_table
 from .stats import CORRELATION_COLUMNS, correlation_reading, rank_correlations, summarise
 
-# Metrics in the summary table: every final metric (the effective ratio is a param, shown as a
-# column of the cell itself beside the nominal ratio).
-TABLE_METRICS = FINAL_METRICS
-
 SMOKE_NOTE = "smoke run: no correlation claimed"
 
 def _fmt(mean: float, std: float, binomial: float = math.nan) -> str:
@@ -106,7 +102,8 @@ def write_summary(frame: pd.DataFrame, study: str, by: list[str], out: Path,
                   run_id: str = "") -> tuple[pd.DataFrame, list[Path]]:
     """``summary.{csv,md,tex}``: the numeric summary (csv) and its ``mean ± sd`` text (md, tex;
     every metric, so wide: the paper's table is :func:`write_paper_table`'s)."""
-    metrics = present(frame, (*TABLE_METRICS, *block_metric_names(frame.columns)))  # + eval.probe_blocks'
+    # every final metric (the effective ratio is a param, a column of the cell itself), + eval.probe_blocks'
+    metrics = present(frame, (*FINAL_METRICS, *block_metric_names(frame.columns)))
     summary = summarise(frame, by, metrics)
     display = display_table(summary, by or ["study"], metrics)
     caption = (f"Study {study}: mean ± sd over seeds, n finished runs per cell "

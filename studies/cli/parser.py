@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("--config", help="YAML file of config keys (mae-study config --yaml writes one)")
     train.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite file in --out)")
-    train.add_argument("--experiment", default="mae-study", help="MLflow experiment name")
+    train.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment name")
     train.add_argument("--out", default=".",
                        help="folder for the MLflow store (mlflow.db, mlartifacts/) and checkpoints/ (default: .)")
     train.add_argument("--resume", action="store_true",
