@@ -548,11 +548,12 @@ class Config(BaseModel):
                              "patches, where the strict T_norm is undefined; use target=norm_eps")
         if self.mask_token_in_encoder and not self.objective_spec.masked:
             raise ValueError(f"mask_token_in_encoder applies only to objective={_objectives(masked=True)}")
-        # The capturable loop draws I_t and V_t ahead into fixed buffers; the corruption and the
-        # crops are drawn per update (the crops from the host sampler), and are not drawn ahead.
-        if self.capturable and self.objective_spec.corrupted:
-            raise ValueError(f"capturable=true needs objective={_objectives(corrupted=False)}: "
-                             f"objective={self.objective} draws its corruption per update, not ahead")
+        # The capturable loop draws I_t and V_t ahead into fixed buffers; an objective whose draw
+        # cannot be made ahead says why (capture_blocker: the DAE's corruption), and the crops are
+        # drawn per update from the host sampler.
+        if self.capturable and self.objective_spec.capture_blocker is not None:
+            raise ValueError(f"capturable=true needs objective={_objectives(capture_blocker=None)}: "
+                             f"objective={self.objective} {self.objective_spec.capture_blocker}")
         if self.capturable and self.augment != "none":
             raise ValueError(f"capturable=true needs augment=none: augment={self.augment} draws its crops "
                              "on the host per update")
@@ -803,7 +804,7 @@ def declared_choices(key: str) -> list:
     return list(typing.get_args(literal)) if literal is not None else []
 
 
-def _objectives(**answers: bool) -> str:
+def _objectives(**answers: bool | None) -> str:
     """The registered objectives with these answers (``masked=True``): ``mae``, or ``mae | mine``."""
     return " | ".join(name for name in registry.objectives.names()
                       if all(getattr(registry.objectives.get(name), key) == value for key, value in answers.items()))
