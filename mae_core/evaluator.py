@@ -82,7 +82,7 @@ class Evaluator:
         """This evaluator's validated settings in ``eval_config`` (an ``EvalConfig``)."""
         if cls.flat_keys:
             return cls.Settings(**{key: getattr(eval_config, key) for key in cls.Settings.model_fields})
-        return cls.Settings(**((eval_config.model_extra or {}).get(cls.name) or {}))
+        return cls.Settings(**(eval_config.evaluator_settings().get(cls.name) or {}))
 
     def active(self) -> bool:
         """Whether it runs at all with its settings (``online``: only with ``eval.every > 0``)."""

@@ -49,9 +49,6 @@ class Reconstruction(Objective):
     """The bottleneck pair on every patch: the shared predictions and full-image error of the AE
     and the DAE (spec, ``R_rec`` and ``R_den``: ``(Mq)⁻¹ Σ_j ||D(E(input))_j - T(x_j)||²``)."""
 
-    def draw(self, clean, config, sampler, noise, batch_size=None) -> Draw:
-        return self.draw_ahead(config, sampler, batch_size or len(clean))
-
     def draw_ahead(self, config, sampler, batch_size) -> Draw:
         return Draw()
 
@@ -80,9 +77,6 @@ class MAE(Objective):
     """masked risk: the encoder sees k visible patches, the loss the masked ones"""
 
     masked = True
-
-    def draw(self, clean, config, sampler, noise, batch_size=None) -> Draw:
-        return self.draw_ahead(config, sampler, batch_size or len(clean))
 
     def draw_ahead(self, config, sampler, batch_size) -> Draw:
         """``V_t`` of each image, uniform over ``V_k`` (or the configured sampler), from the run's sampler."""

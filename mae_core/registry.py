@@ -173,8 +173,9 @@ class Objective:
     def draw(self, clean, config, sampler, noise, batch_size=None):
         """What update t draws beside ``I_t`` for a batch of ``batch_size`` images (None: the
         ``B`` of ``clean [B,M,q]``, which is the global batch when :attr:`reads_images`), from
-        ``sampler`` or ``noise`` (:meth:`noise_generator`): a :class:`~mae_core.objective_classes.Draw`."""
-        raise NotImplementedError
+        ``sampler`` or ``noise`` (:meth:`noise_generator`): a :class:`~mae_core.objective_classes.Draw`.
+        By default what :meth:`draw_ahead` draws, for a draw that does not read the images."""
+        return self.draw_ahead(config, sampler, batch_size or len(clean))
 
     def draw_ahead(self, config, sampler, batch_size):
         """:meth:`draw` without the images, as the capturable loop draws it ahead."""
