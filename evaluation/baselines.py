@@ -141,3 +141,12 @@ def evaluator_baseline_key(evaluator, trial, which: str) -> str:
         digest.update(type(evaluator).__qualname__.encode())
     return digest.hexdigest()
 
+
+def cached_baseline(evaluator, trial, which: str, compute) -> dict[str, float]:
+    """One baseline of a class-based evaluator: from the study's cache (:class:`BaselineCache`)
+    when another cell computed it under :func:`evaluator_baseline_key`, else ``compute()`` (and
+    kept for the others); computed outright where the trial has no cache."""
+    if trial.baselines is None:
+        return compute()
+    return trial.baselines.get_or_compute(evaluator_baseline_key(evaluator, trial, which), compute)
+

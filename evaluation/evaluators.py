@@ -95,23 +95,16 @@ class FrozenFeatureProbe(Evaluator):
         raise NotImplementedError(f"evaluator {self.name!r} does not define probe(splits, seed)")
 
     def measure(self, trial) -> dict[str, float]:
+        from .baselines import cached_baseline  # imports torch, which this module is read without
+
         seed = trial.config.eval_seed
         metrics = dict(self.probe(trial.features.splits(), seed))
         for prefix, reference in self.baselines.items():
             def compute(prefix=prefix, reference=reference) -> dict[str, float]:
                 return {prefix + k: v for k, v in self.probe(trial.features.splits(reference), seed).items()}
 
-            metrics.update(self._cached(trial, prefix + reference, compute))
+            metrics.update(cached_baseline(self, trial, prefix + reference, compute))
         return metrics
-
-    def _cached(self, trial, which: str, compute) -> dict[str, float]:
-        """A baseline from the study's cache (:class:`~evaluation.baselines.BaselineCache`) when
-        another cell computed it for the same key, else computed (and kept for the others)."""
-        if trial.baselines is None:
-            return compute()
-        from .baselines import evaluator_baseline_key
-
-        return trial.baselines.get_or_compute(evaluator_baseline_key(self, trial, which), compute)
 
 
 _REFERENCE_WORDS = {RANDOM_INIT: ("random init", "of a random-init encoder"), PIXELS: ("raw pixels", "on raw pixels")}

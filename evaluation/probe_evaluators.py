@@ -54,11 +54,9 @@ class _ProbeEvaluator(Evaluator):
     def cached(self, trial, compute) -> dict[str, float]:
         """The baselines ``compute()`` measures, from the study's cache when another cell computed
         them for the same key (:func:`evaluation.baselines.evaluator_baseline_key`)."""
-        if trial.baselines is None:
-            return compute()
-        from .baselines import evaluator_baseline_key
+        from .baselines import cached_baseline
 
-        return trial.baselines.get_or_compute(evaluator_baseline_key(self, trial, "baselines"), compute)
+        return cached_baseline(self, trial, "baselines", compute)
 
 
 @register_evaluator

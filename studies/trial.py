@@ -140,14 +140,14 @@ def _train_and_evaluate(client: MlflowClient, run_id: str, config: Config, data:
 
     def train_own(snapshot_steps=(), on_snapshot=None) -> tuple[TrainResult, float]:
         started = time.perf_counter()
+        should_stop = interruption.requested if interruption is not None else None
         with interruption.deferred() if interruption is not None else nullcontext():
             result = train(config, data, checkpoint_path=checkpoint_path, on_log=on_log,
                            on_checkpoint=on_checkpoint, on_evaluate=_online_evaluation(client, run_id, config, data),
                            snapshot_steps=snapshot_steps, on_snapshot=on_snapshot,
                            checkpoint_extra={"mlflow_run_id": run_id},
-                           should_stop=interruption.requested if interruption is not None else None,
-                           shard=shard, after_update=testing_hooks.pause_after_update(
-                               interruption.requested if interruption is not None else None))
+                           should_stop=should_stop, shard=shard,
+                           after_update=testing_hooks.pause_after_update(should_stop))
         return result, time.perf_counter() - started
 
     try:
