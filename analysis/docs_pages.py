@@ -59,7 +59,9 @@ server instead.
   [configuration.md](configuration.md)).
 - MLflow's standard source tags (`mlflow.source.git.commit`, ...) and the trial's dataset as an
   input.
-- An interrupted run ends KILLED with the signal in its `interrupted` tag.
+- An interrupted run ends KILLED with the signal in its `interrupted` tag; a trial Ray Tune
+  stopped (ASHA at a rung) names the exception Ray stopped it with, or says `stopped by Ray Tune`
+  when Ray ended its process before the trial could.
 - A run that fails ends FAILED with its one-line reason in the `failure_reason` tag: a diverging
   one (and its `failure_step`), or one stopped by an error that is no signal (a plugin's part
   breaking its rule, a crash); a retried or resumed run keeps it as `retried_after`.

@@ -146,6 +146,7 @@ def _finish(client, experiment_id: str, plan: StudyPlan, options: RunOptions, st
     """A study (or batch) whose trials all ran: counts, summary, the parent's end, ``complete``."""
     errored = sum(1 for r in results if r.error is not None)
     diverged = sum(1 for r in results if (r.metrics or {}).get("diverged") == 1.0)
+    tracking.end_stopped_children(client, state["parent_run_id"])  # e.g. ASHA's stopped trials
     if not plan.batch:  # a batch's driver summarises the whole study once it has run
         log_study_summary(client, state["parent_run_id"], experiment_id, plan.cells,
                           [axis for axis in plan.axes if axis != "seed"], plan.reference)

@@ -193,6 +193,27 @@ def mark_killed(client: MlflowClient, parent_run_id: str, reason: str) -> None:
         client.set_terminated(run_id, "KILLED")
 
 
+STOPPED_BY_RAY = "stopped by Ray Tune"
+
+
+def end_stopped_children(client: MlflowClient, parent_run_id: str) -> list[str]:
+    """End as KILLED every child run still RUNNING once Ray Tune's loop has ended by itself.
+
+    Such a run belongs to a trial Ray stopped (a scheduler such as ASHA cutting it at a rung)
+    and whose process Ray ended before the trial's own handler could record it; left alone it
+    would read RUNNING forever. It gets the ``interrupted`` tag :data:`STOPPED_BY_RAY` (a
+    resumed study reopens it like any interrupted run). Returns the runs ended."""
+    parent = client.get_run(parent_run_id)
+    children = client.search_runs(
+        [parent.info.experiment_id],
+        filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}' and attributes.status = 'RUNNING'",
+    )
+    for child in children:
+        set_tags(client, child.info.run_id, {"interrupted": STOPPED_BY_RAY})
+        client.set_terminated(child.info.run_id, "KILLED")
+    return [child.info.run_id for child in children]
+
+
 def reopen(client: MlflowClient, run_id: str) -> None:
     """Mark a run RUNNING again; an earlier attempt's ``interrupted`` or ``failure_reason`` tag
     becomes ``resumed_after`` or ``retried_after`` (the run is no longer interrupted or failed,

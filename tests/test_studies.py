@@ -135,6 +135,27 @@ def test_asha_scheduler_runs_an_exploratory_sweep(tmp_path, local_ray):
     assert len(finished) >= 1 and (finished["run_id"].map(last_step) == 40).all()
 
 
+def test_a_child_left_running_after_ray_tune_ends_is_recorded_killed(tmp_path):
+    # Ray can end a stopped trial's process before the trial's own handler ends its run (seen
+    # in CI under ASHA): the driver ends it KILLED, and leaves every ended run as it was.
+    from studies.tracking import STOPPED_BY_RAY, end_stopped_children
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.create_experiment("e")
+    parent = client.create_run(experiment).info.run_id
+    other_parent = client.create_run(experiment).info.run_id
+    child = {status: client.create_run(experiment, tags={"mlflow.parentRunId": parent}).info.run_id
+             for status in ("RUNNING", "FINISHED", "FAILED")}
+    stranger = client.create_run(experiment, tags={"mlflow.parentRunId": other_parent}).info.run_id
+    for status in ("FINISHED", "FAILED"):
+        client.set_terminated(child[status], status)
+    assert end_stopped_children(client, parent) == [child["RUNNING"]]
+    ended = client.get_run(child["RUNNING"])
+    assert ended.info.status == "KILLED" and ended.data.tags["interrupted"] == STOPPED_BY_RAY
+    assert [client.get_run(child[s]).info.status for s in ("FINISHED", "FAILED")] == ["FINISHED", "FAILED"]
+    assert client.get_run(stranger).info.status == "RUNNING" and client.get_run(parent).info.status == "RUNNING"
+
+
 def test_a_fresh_run_replaces_only_a_complete_study(tmp_path):
     from studies.runner import StudySetupError, check_resume, save_state
 
