@@ -247,6 +247,7 @@ def main_readme(folders: list[Path]) -> str:
     rows = []
     counted, variants = counted_folders(folders)
     testbeds: dict[str, list[pd.DataFrame]] = {}
+    variant_lines: list[str] = []
     for folder in folders:
         claims = pd.read_csv(folder / "claims.csv")
         testbed = testbed_of(folder)
@@ -254,10 +255,12 @@ def main_readme(folders: list[Path]) -> str:
             testbeds.setdefault(testbed, []).append(claims)
         if testbed == SMALL_TESTBED:
             continue  # one line below the table; every row is in docs/results
-        counts = claims["verdict"].value_counts()
         name = f"[{folder.name}](docs/results/{folder.name}/)"
-        rows.append({"report": name + (f" (variant of {variants[folder.name]}, not counted)"
-                                       if folder.name in variants else ""),
+        if folder.name in variants:  # one line below the table, so the README stays short
+            variant_lines.append(f"{name} (of {variants[folder.name]}: {_counts(claims) or 'none'})")
+            continue
+        counts = claims["verdict"].value_counts()
+        rows.append({"report": name,
                      "paper": _paper(folder), "hypotheses": len(claims),
                      **{v: int(counts.get(v, 0)) for v in ("better", "worse", "equivalent", "inconclusive")},
                      f"capped (≥ {MAX_SEEDS})": _capped(claims),
@@ -275,6 +278,9 @@ def main_readme(folders: list[Path]) -> str:
     small = [f.name for f in folders if testbed_of(f) == SMALL_TESTBED]
     tail = (f"\nThe {len(small)} reports of {SMALL_TESTBED} ({', '.join(small)}) are counted above and listed "
             f"in [docs/results](docs/results/README.md).\n") if small else ""
+    if variant_lines:
+        tail = (f"\nOther runs of the studies above (variants, not counted): {'; '.join(variant_lines)}.\n"
+                + tail)
     return head + markdown_table(pd.DataFrame(rows)) + tail
 
 
