@@ -178,19 +178,28 @@ def set_tags(client: MlflowClient, run_id: str, tags: dict[str, str]) -> None:
     client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
 
-def mark_killed(client: MlflowClient, parent_run_id: str, reason: str) -> None:
-    """End an interrupted study's parent run and every unfinished child as KILLED, with the
-    signal as the ``interrupted`` tag (a resumed study reopens them). A child its own worker
-    already ended KILLED (Ray stops trials by raising in them) gets the driver's signal too."""
+def _child_runs(client: MlflowClient, parent_run_id: str, statuses: tuple[str, ...]) -> list[str]:
+    """The ids of ``parent_run_id``'s child runs whose status is one of ``statuses``."""
     parent = client.get_run(parent_run_id)
     children = client.search_runs(
         [parent.info.experiment_id],
         filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
     )
-    unfinished = [child.info.run_id for child in children if child.info.status in ("RUNNING", "KILLED")]
-    for run_id in unfinished + [parent_run_id]:
+    return [child.info.run_id for child in children if child.info.status in statuses]
+
+
+def _end_killed(client: MlflowClient, run_ids: list[str], reason: str) -> None:
+    """End each run KILLED with ``reason`` as its ``interrupted`` tag (a resumed study reopens it)."""
+    for run_id in run_ids:
         set_tags(client, run_id, {"interrupted": reason})
         client.set_terminated(run_id, "KILLED")
+
+
+def mark_killed(client: MlflowClient, parent_run_id: str, reason: str) -> None:
+    """End an interrupted study's parent run and every unfinished child as KILLED, with the
+    signal as the ``interrupted`` tag (a resumed study reopens them). A child its own worker
+    already ended KILLED (Ray stops trials by raising in them) gets the driver's signal too."""
+    _end_killed(client, _child_runs(client, parent_run_id, ("RUNNING", "KILLED")) + [parent_run_id], reason)
 
 
 STOPPED_BY_RAY = "stopped by Ray Tune"
@@ -203,15 +212,9 @@ def end_stopped_children(client: MlflowClient, parent_run_id: str) -> list[str]:
     and whose process Ray ended before the trial's own handler could record it; left alone it
     would read RUNNING forever. It gets the ``interrupted`` tag :data:`STOPPED_BY_RAY` (a
     resumed study reopens it like any interrupted run). Returns the runs ended."""
-    parent = client.get_run(parent_run_id)
-    children = client.search_runs(
-        [parent.info.experiment_id],
-        filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}' and attributes.status = 'RUNNING'",
-    )
-    for child in children:
-        set_tags(client, child.info.run_id, {"interrupted": STOPPED_BY_RAY})
-        client.set_terminated(child.info.run_id, "KILLED")
-    return [child.info.run_id for child in children]
+    running = _child_runs(client, parent_run_id, ("RUNNING",))
+    _end_killed(client, running, STOPPED_BY_RAY)
+    return running
 
 
 def reopen(client: MlflowClient, run_id: str) -> None:
